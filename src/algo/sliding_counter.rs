@@ -1,0 +1,227 @@
+//! The sliding-window counter, Strict and Weighted (see `shared/design.md`).
+//!
+//! A window of `N` buckets of length `G` is judged at bucket `b`, `r` nanoseconds into it.
+//! The state is the *tail* function: `tail(j)` is the cost admitted in buckets
+//! `b − N + j ..= b`, for `j` in `0..=N + 1` (`tail(N + 1) = 0`). It never increases with
+//! `j`, which is what lets `retry_after` and `reset_after` be found by binary search.
+//!
+//! - Strict admits `n` iff `tail(0) + n ≤ L`.
+//! - Weighted admits iff `tail(1) + C·(G − r)/G + n ≤ L` with `C = tail(0) − tail(1)`, the
+//!   oldest bucket's count, compared exactly in integers: `C·(G − r) ≤ (L − tail(1) − n)·G`.
+
+use crate::decision::Decision;
+use crate::quota::{Mode, Quota};
+
+/// A quota with the numbers the hot path needs precomputed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rule {
+    pub(crate) quota: Quota,
+    /// `N`, the number of buckets in a window.
+    pub(crate) buckets: u64,
+    /// `G` in nanoseconds.
+    pub(crate) granularity: u64,
+    pub(crate) limit: u64,
+}
+
+impl Rule {
+    pub(crate) fn new(quota: Quota) -> Rule {
+        Rule {
+            quota,
+            buckets: quota.buckets(),
+            granularity: quota.granularity_nanos(),
+            limit: quota.limit(),
+        }
+    }
+
+    /// Whether cost `n` is admitted at offset `r` given the window's tail sums, and the
+    /// decision reported for it: with `n` charged when admitted, unless `peek`.
+    #[inline]
+    pub(crate) fn judge(&self, r: u64, n: u64, peek: bool, tail: impl Fn(u64) -> u64) -> Decision {
+        let d = match self.quota.mode() {
+            Mode::Strict => self.judge_strict(r, n, &tail),
+            Mode::Weighted => self.judge_weighted(r, n, &tail),
+        };
+        if peek && d.is_allowed() {
+            self.uncharged(d, r, n, tail)
+        } else {
+            d
+        }
+    }
+
+    /// An allowed decision as it reads when nothing was charged.
+    #[cold]
+    fn uncharged(&self, d: Decision, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
+        Decision::new(
+            true,
+            self.limit,
+            d.remaining() + n,
+            0,
+            self.reset_after(r, &tail),
+        )
+    }
+
+    #[inline]
+    fn judge_strict(&self, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
+        let (l, nb) = (self.limit, self.buckets);
+        let sum = tail(0);
+        if sum + n <= l {
+            return Decision::new(true, l, l - sum - n, 0, self.after_buckets(nb + 1, r));
+        }
+        // The first j at which the buckets before b − N + j have left and the rest fit.
+        let j = partition_point(1, nb + 1, |j| tail(j) + n > l);
+        let retry = self.after_buckets(j, r);
+        Decision::new(
+            false,
+            l,
+            l.saturating_sub(sum),
+            retry,
+            self.reset_after(r, &tail),
+        )
+    }
+
+    #[inline]
+    fn judge_weighted(&self, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
+        let (l, g) = (self.limit, self.granularity);
+        let (all, rest) = (tail(0), tail(1));
+        let oldest = all - rest.min(all);
+        // The oldest bucket's weighted share, rounded up: `remaining` is then the largest
+        // whole cost that would be admitted now.
+        let share = ceil_div(u128::from(oldest) * u128::from(g - r), u128::from(g)) as u64;
+        let used = rest.saturating_add(share);
+        if used + n <= l {
+            return Decision::new(
+                true,
+                l,
+                l - used - n,
+                0,
+                self.after_buckets(self.buckets + 1, r),
+            );
+        }
+        let retry = self.weighted_retry(r, n, &tail);
+        Decision::new(
+            false,
+            l,
+            l.saturating_sub(used),
+            retry,
+            self.reset_after(r, &tail),
+        )
+    }
+
+    /// Earliest wait after which Weighted admits `n`. In bucket `b + j` the oldest bucket
+    /// holds `C_j = tail(j) − tail(j+1)` and the rest `S_j = tail(j + 1)`; with
+    /// `A_j = L − n − S_j ≥ 0` the request fits from offset `G − ⌊A_j·G / C_j⌋` on. `A_j`
+    /// grows with `j`, and once `A_j ≥ 0`, bucket `j + 1` always fits (`A_{j+1} ≥ C_{j+1}`),
+    /// so a binary search for the first `A_j ≥ 0` and at most one step decide it.
+    fn weighted_retry(&self, r: u64, n: u64, tail: &impl Fn(u64) -> u64) -> u64 {
+        let (l, g, nb) = (self.limit, self.granularity, self.buckets);
+        let first = partition_point(0, nb + 1, |j| tail(j + 1) + n > l);
+        for j in first..=nb {
+            let rest = tail(j + 1);
+            let oldest = tail(j) - rest.min(tail(j));
+            // `None` only if a concurrent reader saw a tail that is not monotone.
+            let Some(room) = l.checked_sub(n + rest) else {
+                continue;
+            };
+            let from = if oldest == 0 {
+                0
+            } else {
+                let fits = u128::from(room) * u128::from(g) / u128::from(oldest);
+                u128::from(g).saturating_sub(fits) as u64
+            };
+            if from < g {
+                let at = self.after_buckets(j, 0).saturating_add(from);
+                // At j = 0 the request was denied at `r`, so `from > r`; `max` keeps the wait
+                // positive even if a concurrent reader saw a tail that is not monotone.
+                return at.saturating_sub(r).max(1);
+            }
+        }
+        // Bucket N + 1 holds nothing of today's window.
+        self.after_buckets(nb + 1, r)
+    }
+
+    /// Time until the window holds nothing: the newest non-empty bucket `b − N + j` leaves
+    /// when bucket `b + j + 1` starts.
+    fn reset_after(&self, r: u64, tail: &impl Fn(u64) -> u64) -> u64 {
+        let newest = partition_point(0, self.buckets + 1, |j| tail(j) > 0);
+        if newest == 0 {
+            0
+        } else {
+            self.after_buckets(newest, r)
+        }
+    }
+
+    /// Nanoseconds from offset `r` of bucket `b` to the start of bucket `b + j`.
+    #[inline]
+    fn after_buckets(&self, j: u64, r: u64) -> u64 {
+        j.saturating_mul(self.granularity).saturating_sub(r)
+    }
+}
+
+/// The first `x` in `lo..hi` for which `pred(x)` is false, given `pred` is true then false;
+/// `hi` if it is true throughout.
+#[inline]
+fn partition_point(mut lo: u64, mut hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) { lo = mid + 1 } else { hi = mid }
+    }
+    lo
+}
+
+#[inline]
+fn ceil_div(a: u128, b: u128) -> u128 {
+    a.div_ceil(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    fn rule(limit: u64, buckets: u64, mode: Mode) -> Rule {
+        let q = Quota::new(limit, Duration::from_nanos(100 * buckets))
+            .unwrap()
+            .with_granularity(Duration::from_nanos(100))
+            .unwrap()
+            .with_mode(mode);
+        Rule::new(q)
+    }
+
+    /// `counts[i]` is the cost in bucket `b − N + i`.
+    fn tail_of(counts: &[u64]) -> impl Fn(u64) -> u64 + '_ {
+        move |j| counts.iter().skip(j as usize).sum()
+    }
+
+    #[test]
+    fn strict_retry_waits_for_enough_buckets_to_leave() {
+        let r = rule(10, 3, Mode::Strict);
+        let counts = [4, 3, 2, 1];
+        let d = r.judge(30, 3, false, tail_of(&counts));
+        assert!(!d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        // Dropping bucket 0 leaves 6 + 3 ≤ 10: one bucket ahead, 70 ns from offset 30.
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(70)));
+        assert_eq!(d.reset_after(), Duration::from_nanos(370));
+    }
+
+    #[test]
+    fn weighted_counts_the_oldest_bucket_in_proportion() {
+        let r = rule(10, 1, Mode::Weighted);
+        // Oldest bucket 8, current 0, at a quarter of the way in: share = ⌈8·75/100⌉ = 6.
+        let d = r.judge(25, 4, false, tail_of(&[8, 0]));
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        let d = r.judge(25, 5, false, tail_of(&[8, 0]));
+        assert!(!d.is_allowed());
+        assert_eq!(d.remaining(), 4);
+        // 8·(100 − x)/100 ≤ 5 ⇔ x ≥ 37.5: offset 38, 13 ns after 25.
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(13)));
+    }
+
+    #[test]
+    fn partition_point_finds_the_boundary() {
+        assert_eq!(partition_point(0, 10, |x| x < 4), 4);
+        assert_eq!(partition_point(0, 10, |_| true), 10);
+        assert_eq!(partition_point(3, 10, |_| false), 3);
+    }
+}

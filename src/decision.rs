@@ -1,0 +1,116 @@
+//! What a limiter answers.
+
+use core::time::Duration;
+
+use thiserror::Error;
+
+/// The answer to one check: allowed or not, and what the caller can do next.
+///
+/// ```
+/// use slidegate::{clock::ManualClock, Quota, SlidingWindow};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = SlidingWindow::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
+/// let d = limiter.check();
+/// assert!(d.is_allowed());
+/// assert_eq!(d.remaining(), 1);
+/// assert_eq!(d.limit(), 2);
+/// assert_eq!(d.retry_after(), None);
+///
+/// limiter.check();
+/// let denied = limiter.check();
+/// assert!(!denied.is_allowed());
+/// // Strict mode, 10 buckets of 100 ms: the two admitted at t = 0 leave the window at 1.1 s.
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(1100)));
+/// assert_eq!(denied.reset_after(), Duration::from_millis(1100));
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a rate-limit decision does nothing unless `is_allowed` is consulted"]
+pub struct Decision {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after: u64,
+    reset_after: u64,
+}
+
+impl Decision {
+    pub(crate) fn new(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after: u64,
+        reset_after: u64,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+        }
+    }
+
+    /// Whether the request was admitted (and, for a check, charged).
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// How much more cost could be admitted right now, after this decision.
+    #[inline]
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// When denied: the earliest wait after which the same request would be admitted if
+    /// nothing else arrives. `None` when allowed.
+    #[inline]
+    pub fn retry_after(&self) -> Option<Duration> {
+        (!self.allowed).then(|| Duration::from_nanos(self.retry_after))
+    }
+
+    /// How long until the window holds nothing again, if nothing else arrives (zero if it is
+    /// empty already).
+    #[inline]
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after)
+    }
+
+    /// The quota's limit.
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// A cost that can never be checked: distinct from a denial, which is about timing.
+///
+/// ```
+/// use slidegate::{CostError, Quota, SlidingWindow};
+/// use std::time::Duration;
+///
+/// let limiter = SlidingWindow::new(Quota::new(5, Duration::from_secs(1))?);
+/// assert_eq!(limiter.check_n(0), Err(CostError::Zero));
+/// assert_eq!(limiter.check_n(6), Err(CostError::ExceedsLimit { cost: 6, limit: 5 }));
+/// assert!(limiter.check_n(5).unwrap().is_allowed());
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CostError {
+    /// A cost of zero: nothing to check.
+    #[error("cost must be at least 1, got 0")]
+    Zero,
+    /// A cost above the limit can never be admitted, however long the caller waits
+    /// (governor's `InsufficientCapacity`).
+    #[error("cost {cost} is above the limit {limit} and can never be admitted")]
+    ExceedsLimit {
+        /// The cost asked for.
+        cost: u64,
+        /// The quota's limit.
+        limit: u64,
+    },
+}

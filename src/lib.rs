@@ -1,0 +1,91 @@
+//! A lock-free sliding-window rate limiter.
+//!
+//! `slidegate` answers, on every request, "has this key used more than `limit` in the last
+//! `window`?" in a few nanoseconds, from any number of threads, without ever letting more
+//! through than it promised.
+//!
+//! ```
+//! use slidegate::{Quota, SlidingWindow};
+//! use std::time::Duration;
+//!
+//! // At most 100 requests in any 60 s, counted in 1 s buckets.
+//! let quota = Quota::new(100, Duration::from_secs(60))?.with_granularity(Duration::from_secs(1))?;
+//! let limiter = SlidingWindow::new(quota);
+//! let decision = limiter.check();
+//! if decision.is_allowed() {
+//!     // serve the request
+//! } else {
+//!     let _wait = decision.retry_after();
+//! }
+//! # Ok::<(), slidegate::ConfigError>(())
+//! ```
+//!
+//! # The sliding-window counter
+//! A [`Quota`] of `L` per `W` is counted in `N = W / G` buckets of length `G`. Time `t`
+//! (nanoseconds from the clock's origin) falls in bucket `b(t) = t / G`; `C(i)` is the cost
+//! admitted in bucket `i`. Two [`Mode`]s read the buckets:
+//!
+//! | mode | admits cost `n` at `t` iff | guarantee |
+//! |---|---|---|
+//! | [`Mode::Strict`] (default) | `Σ C(i), i ∈ b−N ..= b` `+ n ≤ L` | never more than `L` in any interval of length `W`; may deny up to one bucket early |
+//! | [`Mode::Weighted`] | `Σ C(i), i ∈ b−N+1 ..= b` `+ C(b−N)·(1 − (t mod G)/G) + n ≤ L` | Cloudflare's interpolation; closer to `L` on smooth traffic, can over-admit on bursts |
+//!
+//! With `G = W` (one bucket), Weighted is exactly the two-counter sliding window Cloudflare
+//! describes in "How we built rate limiting capable of scaling to millions of domains" (2017).
+//! Strict's proof: the last request admitted in an interval `[s, s + W)` at time `t` saw the
+//! buckets `b(t) − N ..= b(t)`, and `b(t) − N ≤ b(s)`, so it saw everything admitted in
+//! `[s, t]`.
+//!
+//! # How it is stored
+//! One ever-increasing counter of admitted cost, `cum`, and a ring of `N + 1` snapshots of it,
+//! one taken as each bucket starts and tagged with that bucket's index (its epoch). The window
+//! sum is `cum − snapshot[b − N]`: a check is a handful of loads and one compare-and-swap,
+//! O(1) whether the window has 1 bucket or 3600, and nothing is ever subtracted, so nothing
+//! drifts. A stale snapshot is recognised by its tag and overwritten in place; expiry never
+//! needs a delete or a sweep. The protocol, and why it never over-admits, is documented in
+//! the source of `window/ring.rs` and checked with [loom] in the repository's `loom-tests/`.
+//!
+//! # Decisions
+//! Every check returns a [`Decision`]: allowed or not, `remaining`, `retry_after` when denied
+//! (the earliest wait after which the same request would be admitted if nothing else
+//! arrives) and `reset_after` (when the window would be empty again). A cost of zero or above
+//! the limit is a [`CostError`], never a denial. A bad quota is a [`ConfigError`] naming the
+//! field at fault.
+//!
+//! # Time
+//! Limiters read a [`clock::Clock`]. [`clock::QuantaClock`] (the default) reads the CPU's
+//! time-stamp counter; [`clock::ManualClock`] moves only when told to, for deterministic tests.
+//! Time never goes backwards as a limiter sees it: a reading older than the newest bucket a
+//! limiter has seen is read again once and, if still older, taken as the start of that bucket.
+//!
+//! # Concurrency
+//! Under any interleaving, Strict never admits more than `L` in any interval of length `W`;
+//! every admitted unit is counted exactly once and a denial leaves no trace; once traffic
+//! stops, one window and one bucket later the limiter is indistinguishable from a fresh one.
+//! No lock is taken on the check path and a stalled thread blocks no other: the one piece of
+//! shared work (establishing a new bucket's snapshot) is finished by whichever thread needs
+//! it. Contention can deny spuriously in one way only: a request whose clock read is a bucket
+//! older than a concurrent one's is counted in the newer bucket, so it stays in the window up
+//! to one granularity longer than a sequential run would keep it.
+//!
+//! [loom]: https://docs.rs/loom
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+mod algo;
+pub mod clock;
+mod decision;
+mod direct;
+mod quota;
+mod sync;
+mod window;
+
+pub use decision::{CostError, Decision};
+pub use direct::SlidingWindow;
+pub use quota::{ConfigError, MAX_BUCKETS, MAX_LIMIT, Mode, Quota};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

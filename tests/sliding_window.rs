@@ -1,0 +1,262 @@
+//! The direct limiter's public surface: configuration errors, cost errors, edges of buckets
+//! and windows to the nanosecond, and extremes (the largest limit and costs, gaps of years,
+//! the most buckets) with overflow checks on.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Model;
+use slidegate::clock::{Clock, ManualClock, Nanos};
+use slidegate::{ConfigError, CostError, MAX_BUCKETS, MAX_LIMIT, Mode, Quota, SlidingWindow};
+
+fn quota(limit: u64, window_ns: u64, granularity_ns: u64, mode: Mode) -> Quota {
+    Quota::new(limit, Duration::from_nanos(window_ns))
+        .unwrap()
+        .with_granularity(Duration::from_nanos(granularity_ns))
+        .unwrap()
+        .with_mode(mode)
+}
+
+fn limiter(q: Quota) -> (SlidingWindow<ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    (SlidingWindow::with_clock(q, clock.clone()), clock)
+}
+
+#[test]
+fn bad_quotas_are_errors_that_name_the_field() {
+    let s = Duration::from_secs(1);
+    let cases: Vec<(Result<Quota, ConfigError>, &str)> = vec![
+        (Quota::new(0, s), "limit"),
+        (Quota::new(MAX_LIMIT + 1, s), "limit 2147483648"),
+        (Quota::new(1, Duration::ZERO), "window"),
+        (Quota::new(1, Duration::from_secs(u64::MAX)), "window"),
+        (
+            Quota::new(1, s).and_then(|q| q.with_granularity(Duration::ZERO)),
+            "granularity",
+        ),
+        (
+            Quota::new(1, s).and_then(|q| q.with_granularity(2 * s)),
+            "granularity 2s",
+        ),
+        (
+            Quota::new(1, s).and_then(|q| q.with_granularity(Duration::from_millis(300))),
+            "granularity 300ms does not divide the window 1s",
+        ),
+        (
+            Quota::new(1, s).and_then(|q| q.with_granularity(Duration::from_micros(10))),
+            "100000 buckets",
+        ),
+    ];
+    for (result, needle) in cases {
+        let err = result.expect_err(needle);
+        assert!(
+            err.to_string().contains(needle),
+            "{err} should mention {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn the_default_granularity_is_a_tenth_of_the_window_when_it_divides() {
+    let q = Quota::new(5, Duration::from_secs(60)).unwrap();
+    assert_eq!((q.granularity(), q.buckets()), (Duration::from_secs(6), 10));
+    let odd = Quota::new(5, Duration::from_nanos(1_234_567)).unwrap();
+    assert_eq!(
+        (odd.granularity(), odd.buckets()),
+        (Duration::from_nanos(1_234_567), 1)
+    );
+    let q = Quota::new(5, Duration::from_micros(MAX_BUCKETS)).unwrap();
+    assert_eq!(q.with_granularity(q.window()).unwrap().buckets(), 1);
+    let most = q.with_granularity(Duration::from_micros(1)).unwrap();
+    assert_eq!(most.buckets(), MAX_BUCKETS);
+}
+
+#[test]
+fn costs_of_zero_or_above_the_limit_are_errors_not_denials() {
+    let (l, _) = limiter(quota(4, 100, 10, Mode::Strict));
+    assert_eq!(l.check_n(0), Err(CostError::Zero));
+    assert_eq!(
+        l.check_n(5),
+        Err(CostError::ExceedsLimit { cost: 5, limit: 4 })
+    );
+    assert!(
+        l.check_n(5)
+            .unwrap_err()
+            .to_string()
+            .contains("above the limit 4")
+    );
+    // Nothing was charged by the errors.
+    assert_eq!(l.peek().remaining(), 4);
+    assert!(l.check_n(4).unwrap().is_allowed());
+}
+
+/// Strict, W = 1000 ns in 10 buckets of 100: cost admitted at t = 99 (bucket 0) stays in the
+/// window through bucket 10 and leaves when bucket 11 starts at t = 1100.
+#[test]
+fn strict_edges_to_the_nanosecond() {
+    let (l, clock) = limiter(quota(2, 1000, 100, Mode::Strict));
+    clock.set(Duration::from_nanos(99));
+    assert!(l.check_n(2).unwrap().is_allowed());
+    for (t, allowed) in [(100, false), (1000, false), (1099, false), (1100, true)] {
+        clock.set(Duration::from_nanos(t));
+        assert_eq!(l.peek().is_allowed(), allowed, "t = {t}");
+    }
+    clock.set(Duration::from_nanos(1099));
+    let denied = l.check();
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(1)));
+    assert_eq!(denied.reset_after(), Duration::from_nanos(1));
+    clock.set(Duration::from_nanos(1100));
+    let d = l.check();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), 1);
+    // Charged at bucket 11: it leaves when bucket 22 starts.
+    assert_eq!(d.reset_after(), Duration::from_nanos(1100));
+}
+
+/// Weighted, one bucket (Cloudflare's two counters): 10 admitted in [0, 100) weigh
+/// 10·(100 − r)/100 in the next bucket.
+#[test]
+fn weighted_edges_to_the_nanosecond() {
+    let (l, clock) = limiter(quota(10, 100, 100, Mode::Weighted));
+    clock.set(Duration::from_nanos(99));
+    assert!(l.check_n(10).unwrap().is_allowed());
+    clock.set(Duration::from_nanos(100));
+    assert_eq!(l.peek().remaining(), 0);
+    clock.set(Duration::from_nanos(101));
+    assert_eq!(l.peek().remaining(), 0);
+    // 10·(100 − 10)/100 = 9: one fits from r = 10 on, not at r = 9.
+    clock.set(Duration::from_nanos(109));
+    let denied = l.check();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(1)));
+    clock.set(Duration::from_nanos(110));
+    assert!(l.check().is_allowed());
+    clock.set(Duration::from_nanos(199));
+    assert_eq!(l.peek().remaining(), 10 - 1 - 1);
+    clock.set(Duration::from_nanos(200));
+    assert_eq!(l.peek().remaining(), 10 - 1);
+}
+
+#[test]
+fn the_largest_limit_and_costs_near_it() {
+    for mode in [Mode::Strict, Mode::Weighted] {
+        let (l, clock) = limiter(quota(MAX_LIMIT, 1_000, 10, mode));
+        assert!(l.check_n(MAX_LIMIT - 1).unwrap().is_allowed());
+        assert!(l.check_n(1).unwrap().is_allowed());
+        let d = l.check_n(MAX_LIMIT).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.remaining(), 0);
+        clock.advance(Duration::from_nanos(
+            d.retry_after().unwrap().as_nanos() as u64
+        ));
+        assert!(l.check_n(MAX_LIMIT).unwrap().is_allowed());
+        // Many full windows: the wrapping 32-bit snapshots keep exact sums.
+        for _ in 0..5 {
+            clock.advance(Duration::from_nanos(1_010));
+            assert_eq!(l.peek().remaining(), MAX_LIMIT);
+            assert!(l.check_n(MAX_LIMIT).unwrap().is_allowed());
+            assert!(!l.check().is_allowed());
+        }
+    }
+}
+
+#[test]
+fn gaps_of_years_and_of_2_pow_32_buckets_match_the_model() {
+    for mode in [Mode::Strict, Mode::Weighted] {
+        for g in [1u64, 7, 1_000_000] {
+            let q = quota(5, 10 * g, g, mode);
+            let (l, clock) = limiter(q);
+            let mut model = Model::new(q);
+            let year = 365 * 24 * 3600 * 1_000_000_000u64;
+            let steps = [
+                0,
+                3 * g,
+                100 * year,
+                g << 32,
+                (g << 32) - 3 * g,
+                5 * g,
+                10 * g,
+                400 * year,
+            ];
+            let mut t = 0u64;
+            for step in steps {
+                t += step;
+                clock.set(Duration::from_nanos(t));
+                for n in [2, 3, 1] {
+                    let d = l.check_n(n).unwrap();
+                    assert_eq!(
+                        (d.is_allowed(), d.remaining()),
+                        model.check(t, n),
+                        "g={g} t={t}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_end_of_time_does_not_panic() {
+    let (l, clock) = limiter(quota(3, 10, 1, Mode::Strict));
+    clock.set(Duration::from_nanos(u64::MAX - 5));
+    assert!(l.check().is_allowed());
+    clock.set(Duration::from_nanos(u64::MAX));
+    assert!(l.check().is_allowed());
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(l.clock().now(), Nanos(u64::MAX));
+    assert!(l.check().is_allowed());
+    assert!(!l.check().is_allowed());
+    let _ = l.peek();
+}
+
+#[test]
+fn the_most_buckets_match_the_model() {
+    let q = quota(100, MAX_BUCKETS * 1_000, 1_000, Mode::Strict);
+    let (l, clock) = limiter(q);
+    let mut model = Model::new(q);
+    for i in 0..400u64 {
+        let t = i * i * 997;
+        clock.set(Duration::from_nanos(t));
+        let d = l.check();
+        assert_eq!((d.is_allowed(), d.remaining()), model.check(t, 1));
+    }
+}
+
+/// A clock read backwards is taken as the newest bucket seen: nothing is re-admitted.
+#[test]
+fn a_clock_set_backwards_cannot_reopen_the_window() {
+    let (l, clock) = limiter(quota(2, 1_000, 100, Mode::Strict));
+    clock.set(Duration::from_nanos(5_000));
+    assert!(l.check_n(2).unwrap().is_allowed());
+    clock.set(Duration::from_nanos(10));
+    let d = l.check();
+    assert!(!d.is_allowed());
+    // Judged at the start of bucket 50, where the 2 stay until bucket 61.
+    assert_eq!(d.retry_after(), Some(Duration::from_nanos(1_100)));
+    clock.set(Duration::from_nanos(6_099));
+    assert!(!l.check().is_allowed());
+    clock.set(Duration::from_nanos(6_100));
+    assert!(l.check().is_allowed());
+}
+
+#[test]
+fn peek_charges_nothing() {
+    for mode in [Mode::Strict, Mode::Weighted] {
+        let (l, clock) = limiter(quota(3, 100, 10, mode));
+        for _ in 0..10 {
+            assert_eq!(l.peek().remaining(), 3);
+        }
+        assert!(l.check().is_allowed());
+        clock.advance(Duration::from_nanos(55));
+        assert_eq!(l.peek().remaining(), 2);
+        assert_eq!(l.admitted_total(), 1);
+    }
+}
+
+#[test]
+fn limiters_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SlidingWindow>();
+    assert_send_sync::<SlidingWindow<ManualClock>>();
+}
