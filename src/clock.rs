@@ -9,7 +9,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering, Tsc};
 
 /// A point in time: whole nanoseconds since a clock's origin.
 ///
@@ -98,14 +98,14 @@ impl<C: Clock + ?Sized> Clock for &C {
 /// ```
 #[derive(Clone)]
 pub struct QuantaClock {
-    clock: quanta::Clock,
+    clock: Tsc,
     origin: u64,
 }
 
 impl QuantaClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
-        let clock = quanta::Clock::new();
+        let clock = Tsc::new();
         let origin = clock.raw();
         QuantaClock { clock, origin }
     }

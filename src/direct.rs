@@ -124,13 +124,15 @@ impl<C: Clock> SlidingWindow<C> {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn peek(&self) -> Decision {
-        let (decision, _) = self.ring.read(
+        match self.ring.read(
             self.rule.granularity,
             || self.clock.now().0,
             false,
             |r| self.rule.judge(r.offset, 1, true, |j| r.tail(j)),
-        );
-        decision
+        ) {
+            Some((decision, _)) => decision,
+            None => unreachable!("a direct limiter's ring is never retired"),
+        }
     }
 
     /// The quota this limiter enforces.
@@ -158,12 +160,14 @@ impl<C: Clock> SlidingWindow<C> {
     fn acquire(&self, n: u64) -> Decision {
         let backoff = Backoff::new();
         loop {
-            let (decision, reading) = self.ring.read(
+            let Some((decision, reading)) = self.ring.read(
                 self.rule.granularity,
                 || self.clock.now().0,
                 true,
                 |r| self.rule.judge(r.offset, n, false, |j| r.tail(j)),
-            );
+            ) else {
+                unreachable!("a direct limiter's ring is never retired")
+            };
             if !decision.is_allowed() || self.ring.try_charge(&reading, n) {
                 return decision;
             }
@@ -172,7 +176,7 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
-    /// The total cost this limiter has ever admitted (wrapping at 2⁶⁴). For tests and metrics.
+    /// The total cost this limiter has ever admitted (wrapping at 2⁶³). For tests and metrics.
     #[doc(hidden)]
     pub fn admitted_total(&self) -> u64 {
         self.ring.admitted()

@@ -52,6 +52,30 @@
 //! the limit is a [`CostError`], never a denial. A bad quota is a [`ConfigError`] naming the
 //! field at fault.
 //!
+//! # Many keys
+//! [`KeyedLimiter`] keeps one such window per key (user, token, address) in a hash table
+//! built on crossbeam-epoch: checking a key it holds takes no lock and writes nothing shared
+//! but that key's window; a key's first check inserts it under a lock that checks of held
+//! keys never wait for. A key whose window is empty is indistinguishable from one never
+//! seen and is evicted as inserts sweep by, through a retirement protocol that never loses
+//! an admission; `max_keys` bounds memory, forcing out approximately least-recently-active
+//! keys (counted) when no idle one is found. Keys can have their own quotas, changed at run
+//! time.
+//!
+//! ```
+//! use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+//! use std::time::Duration;
+//!
+//! let limiter = KeyedLimiter::builder(Quota::new(10, Duration::from_secs(1))?)
+//!     .clock(ManualClock::new())
+//!     .max_keys(100_000)
+//!     .build();
+//! limiter.quota_for(&"batch-job", Quota::new(1000, Duration::from_secs(1))?);
+//! assert!(limiter.check(&"alice").is_allowed());
+//! assert_eq!(limiter.check_n(&"batch-job", 500)?.remaining(), 500);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Time
 //! Limiters read a [`clock::Clock`]. [`clock::QuantaClock`] (the default) reads the CPU's
 //! time-stamp counter; [`clock::ManualClock`] moves only when told to, for deterministic tests.
@@ -77,12 +101,14 @@ mod algo;
 pub mod clock;
 mod decision;
 mod direct;
+mod keyed;
 mod quota;
 mod sync;
 mod window;
 
 pub use decision::{CostError, Decision};
 pub use direct::SlidingWindow;
+pub use keyed::{DefaultHashBuilder, KeyedLimiter, KeyedLimiterBuilder};
 pub use quota::{ConfigError, MAX_BUCKETS, MAX_LIMIT, Mode, Quota};
 
 /// The README's examples, compiled and run as doc tests.

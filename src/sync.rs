@@ -5,17 +5,65 @@
 //! (the wiring tokio's `src/loom` and crossbeam's `crossbeam_loom` use). The cfg is
 //! crate-specific so that a user's own `--cfg loom` never changes slidegate.
 //!
+//! Memory reclamation is [crossbeam-epoch], re-exported here as `epoch`. Under loom the
+//! crate is built with its `loom` feature and `--cfg crossbeam_loom` (both set by
+//! `.ci/test`), so its pins, deferred frees and atomic pointers are model-checked too.
+//!
 //! [loom]: https://docs.rs/loom
+//! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 
 #[cfg(not(slidegate_loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(slidegate_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(slidegate_loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(slidegate_loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(slidegate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(slidegate_loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+/// Epoch-based reclamation; the same crate on `std` and under loom (see above).
+pub(crate) use crossbeam_epoch as epoch;
+
+/// The time-stamp counter behind `QuantaClock`: quanta's clock, except under loom, where
+/// quanta cannot be built (it needs crossbeam-utils' `AtomicCell`, which `--cfg crossbeam_loom`
+/// removes) and a std `Instant` with the same three methods stands in. loom models read a
+/// `ManualClock`, so nothing they check depends on it.
+#[cfg(not(slidegate_loom))]
+pub(crate) type Tsc = quanta::Clock;
+
+/// See the `std` version.
+#[cfg(slidegate_loom)]
+#[derive(Clone, Debug)]
+pub(crate) struct Tsc(std::time::Instant);
+
+#[cfg(slidegate_loom)]
+impl Tsc {
+    pub(crate) fn new() -> Tsc {
+        Tsc(std::time::Instant::now())
+    }
+
+    pub(crate) fn raw(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn delta_as_nanos(&self, start: u64, end: u64) -> u64 {
+        end.saturating_sub(start)
+    }
+}
+
+/// Locks `mutex`. A panic while it was held poisons it; the structures slidegate guards stay
+/// consistent through a panic (every change is published with one store), so the poison is
+/// ignored rather than propagated.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Backs off after a lost compare-and-swap.
 ///

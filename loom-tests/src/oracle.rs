@@ -7,9 +7,11 @@ use loom::sync::Arc;
 use slidegate::clock::{Clock, ManualClock, Nanos};
 use slidegate::{Decision, Mode, Quota, SlidingWindow};
 
-/// The preemption bound every model runs with, set in code so that CI does not depend on
-/// `LOOM_MAX_PREEMPTIONS`. Two preemptions are enough to interleave a stalled reader or
-/// helper with a complete fill by another thread (see the models' comments).
+/// The preemption bound every model runs with, set in code so that a run does not depend on
+/// `LOOM_MAX_PREEMPTIONS` (which is ignored). Two preemptions interleave a stalled reader or
+/// helper with a complete fill by another thread (see the models' comments); the third lets
+/// the stalled thread be overtaken once more after it resumes. The whole suite takes about
+/// 80 s on two cores in `--release`.
 pub const PREEMPTION_BOUND: usize = 3;
 
 /// Runs `f` under loom on every interleaving within [`PREEMPTION_BOUND`]. Like
@@ -71,7 +73,7 @@ pub struct Spec {
     pub mode: Mode,
 }
 
-/// A limiter under test, the clock behind it, and its spec.
+/// A limiter under test, reading a [`RecordingClock`].
 pub type Limiter = Arc<SlidingWindow<RecordingClock>>;
 
 impl Spec {
@@ -161,7 +163,7 @@ pub enum Op {
     Peek,
 }
 
-/// One call, the clock reading it judged at, and its answer.
+/// One call, the last clock reading it took, and its answer.
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
     /// The model's name for the thread that made the call.

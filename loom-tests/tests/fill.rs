@@ -1,21 +1,22 @@
 // Model 4 — the window-sum structure and the fill protocol.
 //
-// Proves: when several threads are the first to see a new bucket (including a jump of more
-// than N buckets, which resets the whole window in one fill), they claim one goal, establish
-// each new slot exactly once with a snapshot no later than any admission judged in it and
-// monotone across the window, and publish `front` only after; a helper that wakes up after
-// its fill is over overwrites nothing. Checked through the public API: every decision,
-// concurrent peeks included, is the sequential counter's at its reading for some set of the
-// other admissions, and after every thread has joined the window sums `peek()` reports,
-// stepped bucket by bucket until the window is empty, are the sequential counter's for one
-// placement of each concurrent admission in its own bucket or a newer one (the documented
-// "counted in the newer bucket" of a late compare-and-swap).
+// Proves: when threads are the first to see a new bucket — including a jump of more than N
+// buckets, which resets the whole window in one fill — they claim one goal, establish each
+// new slot exactly once with a snapshot that under-counts nothing and is monotone across the
+// window (even when helpers read different totals), and publish `front` only after; a
+// helper that wakes up after its fill is over overwrites nothing; a peek never mixes a total
+// with a `front` from different moments. Checked through the public API: every decision,
+// concurrent peeks included, is the sequential counter's at the time it judged at for some
+// set of the other admissions; and after every thread has joined, the window sums `peek()`
+// reports, stepped bucket by bucket until the window is empty (no drift), are the
+// sequential counter's for one placement of each concurrent admission in its own bucket or
+// a newer one (the documented "counted in the newer bucket" of a late compare-and-swap).
 //
-// Would fail if two helpers established one slot with different snapshots or out of order,
-// if a late helper overwrote a newer bucket (the ring then reads as torn forever: loom
-// reports the livelock as too many branches), if a snapshot under-counted (an admission
-// counted in an older bucket than its own), or if a read mixed a `cum` with a `front` from
-// different moments (a peek counting an admission judged after its bucket).
+// Would fail if a snapshot under-counted (an admission counted in an older bucket than its
+// own), if snapshots were not monotone (an admission would leave a window and come back),
+// if a late helper overwrote a newer bucket (the ring then reads as torn for ever: loom
+// reports the livelock as "exceeded maximum number of branches"), or if a read accepted a
+// `cum` that includes an admission judged in a bucket newer than the one it judges.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
@@ -104,6 +105,40 @@ fn an_old_admission_races_a_reset_fill() {
             thread::spawn(move || run(&limiter, 2, Op::Check(1)))
         };
         let racing = vec![mover.join().unwrap(), other.join().unwrap()];
+
+        let finals = finals(&limiter, &clock, &spec, 3);
+        settle(&spec, &limiter, &pre, &racing, &finals);
+    });
+}
+
+/// Helpers of one reset fill whose `cum` readings differ keep the snapshots monotone. One
+/// thread sets the clock to 45 and checks (claiming the fill to bucket 4, reading `cum`);
+/// the other checks twice: first at 15 (an admission in bucket 1 that may land after the
+/// filler read `cum`), then at 45 (helping the same fill with the newer `cum`). Whichever
+/// helper establishes which of the three slots, a later slot never gets an older snapshot:
+/// else the bucket-1 admission would leave the window at bucket 4 and come back at bucket 5.
+#[test]
+fn helpers_with_different_totals_keep_snapshots_monotone() {
+    model(|| {
+        let (spec, limiter, clock, pre) = two_buckets_in();
+        let mover = {
+            let (limiter, clock) = (limiter.clone(), clock.clone());
+            thread::spawn(move || {
+                clock.set(Duration::from_nanos(45));
+                vec![run(&limiter, 1, Op::Check(1))]
+            })
+        };
+        let twice = {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                vec![
+                    run(&limiter, 2, Op::Check(1)),
+                    run(&limiter, 2, Op::Check(1)),
+                ]
+            })
+        };
+        let mut racing = mover.join().unwrap();
+        racing.extend(twice.join().unwrap());
 
         let finals = finals(&limiter, &clock, &spec, 3);
         settle(&spec, &limiter, &pre, &racing, &finals);

@@ -3,16 +3,18 @@
 // Proves: while one thread moves the clock across a bucket boundary and then across a whole
 // window, concurrent checks (which fill the ring's new buckets, help each other's fills and
 // retry when the ring moves under them) keep Strict's promise: no interval of length W holds
-// more than L of the admitted cost, each admission taken at the clock reading it judged at
-// (recorded by a wrapping clock; the last reading of a call is the one it used). Every
-// decision is one the sequential counter gives at that reading for some set of the other
-// admissions, each counted no earlier than its own bucket. And nothing drifts: once every
-// thread has joined, one window and one bucket later the limiter has all of L again.
+// more than L of the admitted cost, each admission taken at the time it judged at — the last
+// clock reading of the call, recorded by a wrapping clock, or, when the ring moved past that
+// reading once more, the start of the newer bucket (the decision's offset says which; see
+// `effective_times`). Every decision is one the sequential counter gives at that time for
+// some set of the other admissions, each counted no earlier than its own bucket; the final
+// window sums match the sequential counter's; and nothing drifts: W + G after the last
+// admission the limiter has all of L again.
 //
 // Would fail if a reader used a slot overwritten by a fill in progress (an old bucket read
 // as empty: over-admission at the old time), if a snapshot were taken from a `cum` that
-// misses an admission judged at its bucket, if `front` were published before the snapshots
-// it covers, or if a retry judged with a stale total.
+// misses an admission judged at its bucket, if admission were not one compare-and-swap from
+// the total judged, or if a retry judged with a stale total.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;

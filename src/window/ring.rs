@@ -40,6 +40,31 @@
 //! (after a gap near a multiple of 2³² buckets it stops half-way, at `front + 2³¹`), so no two
 //! tags that can meet in one slot are equal mod 2³².
 //!
+//! # Retirement (for stores that evict)
+//! A keyed store frees a key's ring once it is indistinguishable from a fresh one. Freeing it
+//! under a check that already found it would lose that check's admission: it would be charged
+//! to a ring nobody reads again. So a ring is first *retired*: the top bit of `cum`
+//! (`RETIRED`) is set by a compare-and-swap, after which every charge fails (its CAS expects a
+//! `cum` without the bit) and every [`Ring::read`] returns `None`, telling the caller to look
+//! the key up again. Counts live in the low 63 bits and wrap at 2⁶³, a multiple of 2³², so the
+//! 32-bit snapshots are unaffected.
+//!
+//! - **Idle retirement** ([`Ring::retire_idle`]): load `cum`, then `front`; if the bucket of
+//!   `now` is more than `N` past `front`, CAS `cum` to `cum | RETIRED`. Every admission counted
+//!   in the `cum` loaded was judged at a bucket no newer than the `front` loaded after it (its
+//!   `front` load precedes its Release CAS, which precedes our Acquire load of `cum`), so all
+//!   of them lie before the window of `now` — and of any later time. The CAS succeeding proves
+//!   no admission came in between (counts only grow, so `cum` cannot return to a value). The
+//!   retired ring therefore answers every check at `now` or later exactly as a fresh ring
+//!   would, and a check that raced it either landed before (and was counted in the idle test)
+//!   or fails its CAS and re-judges on the fresh ring: no admission lost, no decision changed.
+//!   This relies on clock readings taken after the retirement being no older than `now`, which
+//!   holds for a clock that is monotone across threads (quanta's and a `ManualClock` that is
+//!   only advanced).
+//! - **Forced retirement** ([`Ring::retire_now`], for a store at its key bound or a key whose
+//!   quota changed shape): set the bit unconditionally. Admissions before it are forgotten, on
+//!   purpose and counted by the store; none after it is charged to the dead ring.
+//!
 //! The loom models in `loom-tests/` check these claims on every interleaving of small cases.
 
 use core::cell::Cell;
@@ -68,6 +93,12 @@ fn snapshot_of(slot: u64) -> u32 {
 fn later(a: u32, b: u32) -> u32 {
     if (b.wrapping_sub(a) as i32) > 0 { b } else { a }
 }
+
+/// The bit of `cum` that marks a retired ring (see the module documentation).
+const RETIRED: u64 = 1 << 63;
+
+/// The bits of `cum` that count admitted cost.
+const COUNT: u64 = RETIRED - 1;
 
 /// A window's state: see the module documentation.
 pub(crate) struct Ring {
@@ -121,6 +152,8 @@ pub(crate) struct Reading<'a> {
     pub(crate) offset: u64,
     /// `cum` as read.
     pub(crate) cum: u64,
+    /// The slot of bucket `front − N`, as read after `cum`.
+    oldest: u64,
     torn: Cell<bool>,
 }
 
@@ -133,8 +166,12 @@ impl Reading<'_> {
             // Nothing is admitted in a bucket newer than `front`.
             return 0;
         }
-        // Acquire: pairs with the Release of the slot's establishing CAS.
-        let slot = self.ring.slot(k).load(Ordering::Acquire);
+        let slot = if k == self.front - self.ring.buckets {
+            self.oldest
+        } else {
+            // Acquire: pairs with the Release of the slot's establishing CAS.
+            self.ring.slot(k).load(Ordering::Acquire)
+        };
         if tag_of(slot) != k as u32 {
             self.torn.set(true);
             return 0;
@@ -183,7 +220,8 @@ impl Ring {
     /// Reads the ring consistently at time `now()`, hands the reading to `judge`, and returns
     /// what it returned with the reading (to charge with [`Ring::try_charge`]). When
     /// `establish` is set the ring is first moved to the bucket of `now`, as an admission
-    /// needs; otherwise (a peek) nothing is written.
+    /// needs; otherwise (a peek) nothing is written. `None` if the ring is retired: the
+    /// caller must find the key's live ring instead.
     #[inline]
     pub(crate) fn read<T>(
         &self,
@@ -191,19 +229,31 @@ impl Ring {
         now: impl Fn() -> u64,
         establish: bool,
         mut judge: impl FnMut(&Reading<'_>) -> T,
-    ) -> (T, Reading<'_>) {
-        let mut t = now();
+    ) -> Option<(T, Reading<'_>)> {
+        let mut t = None;
         let mut reread = false;
         loop {
             // Acquire: pairs with the Release of the CAS that published `front`, so every
             // snapshot at or below it is visible.
             let front = self.front.load(Ordering::Acquire);
-            let (mut bucket, mut offset) = self.locate(t, granularity, front);
+            // Acquire: pairs with the Release of admissions, so an admission we count here was
+            // judged at a bucket no newer than a `front` our later loads see.
+            let cum = self.cum.load(Ordering::Acquire);
+            if cum & RETIRED != 0 {
+                return None;
+            }
+            // The oldest slot of the window of bucket `front`, the one a check almost always
+            // needs, loaded before the clock is read so the two latencies overlap. Acquire:
+            // pairs with the Release of the slot's establishing CAS.
+            let oldest = self.slot(front - self.buckets).load(Ordering::Acquire);
+            let now_t = *t.get_or_insert_with(&now);
+            let (mut bucket, mut offset) = self.locate(now_t, granularity, front);
             if bucket < front {
                 // Someone read a later time. Read the clock again once; if it is still behind
-                // (a clock set backwards), judge at the start of the newest bucket seen.
+                // (a clock set backwards, or the ring moved on again while we re-read: another
+                // thread read a time in that bucket), judge at the start of the newest bucket.
                 if !reread {
-                    t = now();
+                    t = None;
                     reread = true;
                     continue;
                 }
@@ -213,47 +263,97 @@ impl Ring {
                 self.advance(bucket);
                 continue;
             }
-            // Acquire: pairs with the Release of admissions, so an admission we count here was
-            // judged at a bucket no newer than a `front` our later loads see.
-            let cum = self.cum.load(Ordering::Acquire);
             let reading = Reading {
                 ring: self,
                 front,
                 bucket,
                 offset,
                 cum,
+                oldest,
                 torn: Cell::new(false),
             };
             let verdict = judge(&reading);
             // Acquire: any fill that overwrote a slot we read published a later `front`.
             if !reading.torn.get() && self.front.load(Ordering::Acquire) == front {
-                return (verdict, reading);
+                return Some((verdict, reading));
             }
             // The ring moved under us: a fill is in progress or done. Help it finish, then
             // retry (and, being behind now, read the clock again).
             self.help(front);
-            reread = false;
+            (t, reread) = (None, false);
         }
     }
 
-    /// Adds `cost` to `cum` if it still holds the value of `reading`: the admission.
+    /// Adds `cost` to `cum` if it still holds the value of `reading`: the admission. Fails
+    /// (the caller re-reads) if anything was admitted since, or if the ring was retired.
     #[inline]
     pub(crate) fn try_charge(&self, reading: &Reading<'_>, cost: u64) -> bool {
+        // `reading.cum < 2⁶³` (a retired ring gives no reading) and `cost ≤ MAX_LIMIT`, so the
+        // sum does not overflow; the mask wraps the count at 2⁶³, clear of `RETIRED`.
+        let next = (reading.cum + cost) & COUNT;
         // Release: publishes the admission after the snapshots its judgement used (see
         // `read`). Acquire on failure is not needed; the caller re-reads.
         self.cum
-            .compare_exchange_weak(
-                reading.cum,
-                reading.cum.wrapping_add(cost),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
+            .compare_exchange_weak(reading.cum, next, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
-    /// The total cost ever admitted (wrapping).
+    /// The total cost ever admitted (wrapping at 2⁶³).
     pub(crate) fn admitted(&self) -> u64 {
-        self.cum.load(Ordering::Acquire)
+        // Acquire: pairs with the Release of admissions, for callers that read after joining.
+        self.cum.load(Ordering::Acquire) & COUNT
+    }
+
+    /// `N`, the number of buckets in this ring's window.
+    #[inline]
+    pub(crate) fn buckets(&self) -> u64 {
+        self.buckets
+    }
+
+    /// Whether the ring is retired.
+    pub(crate) fn is_retired(&self) -> bool {
+        // Relaxed: a hint for stores; the protocol's decisions go through `read`'s Acquire.
+        self.cum.load(Ordering::Relaxed) & RETIRED != 0
+    }
+
+    /// The start (ns) of the newest bucket in which anything may have been admitted: a
+    /// recency for least-recently-used choices. Peeks do not move it.
+    pub(crate) fn last_active(&self, granularity: u64) -> u64 {
+        // Relaxed: a heuristic; a stale value only makes a worse eviction choice.
+        let front = self.front.load(Ordering::Relaxed);
+        (front - (self.buckets + 1)).saturating_mul(granularity)
+    }
+
+    /// Retires the ring if its window is empty at `now` and at every later time, so that it
+    /// answers exactly as a fresh ring would; `true` if this call retired it. See the module
+    /// documentation for why no admission can be lost.
+    pub(crate) fn retire_idle(&self, granularity: u64, now: u64) -> bool {
+        // Acquire: pairs with the Release of every admission counted in `cum`, so the `front`
+        // loaded next is at least the bucket each of them was judged at.
+        let cum = self.cum.load(Ordering::Acquire);
+        if cum & RETIRED != 0 {
+            return false;
+        }
+        // Acquire: orders this load after the one of `cum` (see above).
+        let front = self.front.load(Ordering::Acquire);
+        let (bucket, _) = self.locate(now, granularity, front);
+        if bucket <= front + self.buckets {
+            // Bucket `front` is still inside the window of `now` (or `now` is older).
+            return false;
+        }
+        // AcqRel: success proves nothing was admitted since `cum` was loaded; the Release
+        // orders the retirement before the store's unlinking of the entry that follows.
+        self.cum
+            .compare_exchange(cum, cum | RETIRED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Retires the ring whatever it holds; `true` if this call retired it. Admissions counted
+    /// in it are forgotten; none made after it is charged to it.
+    pub(crate) fn retire_now(&self) -> bool {
+        // AcqRel: as in `retire_idle`; every later charge fails because its expected `cum`
+        // lacks the bit.
+        self.cum.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED == 0
     }
 
     /// Moves `front` to at least `bucket`, helping or claiming fills as needed.
@@ -396,6 +496,53 @@ mod tests {
         assert_eq!(later(5, 9), 9);
         assert_eq!(later(9, 5), 9);
         assert_eq!(later(u32::MAX - 1, 3), 3);
+    }
+
+    /// Charges cost 1 at `t` (ns, granularity 10).
+    fn charge(ring: &Ring, t: u64) -> bool {
+        let read = ring.read(10, || t, true, |_| ());
+        read.is_some_and(|((), reading)| ring.try_charge(&reading, 1))
+    }
+
+    #[test]
+    fn retire_idle_waits_until_the_window_is_empty() {
+        // N = 2 buckets of 10 ns: an admission at t = 5 (bucket 0) counts until bucket 3.
+        let ring = Ring::new(2);
+        assert!(charge(&ring, 5));
+        for t in [5, 20, 29] {
+            assert!(
+                !ring.retire_idle(10, t),
+                "retired at {t} with bucket 0 in the window"
+            );
+        }
+        assert!(ring.retire_idle(10, 30));
+        assert!(ring.is_retired());
+        assert!(!ring.retire_idle(10, 30), "retired twice");
+        assert!(!ring.retire_now(), "retired twice");
+        // A retired ring gives no reading and takes no charge.
+        assert!(ring.read(10, || 30, true, |_| ()).is_none());
+        assert!(!charge(&ring, 30));
+        assert_eq!(ring.admitted(), 1);
+    }
+
+    #[test]
+    fn a_reading_taken_before_retirement_cannot_charge() {
+        let ring = Ring::new(2);
+        let Some(((), reading)) = ring.read(10, || 0, true, |_| ()) else {
+            panic!("a live ring reads");
+        };
+        assert!(ring.retire_now());
+        assert!(!ring.try_charge(&reading, 1));
+        assert_eq!(ring.admitted(), 0);
+    }
+
+    #[test]
+    fn counts_wrap_below_the_retired_bit() {
+        let ring = Ring::new(1);
+        ring.cum.store(COUNT, Ordering::Relaxed);
+        assert!(charge(&ring, 0));
+        assert_eq!(ring.admitted(), 0);
+        assert!(!ring.is_retired());
     }
 
     #[test]

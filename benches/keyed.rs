@@ -1,0 +1,247 @@
+//! The cost of one keyed check: slidegate's `KeyedLimiter` against governor's keyed limiter
+//! (DashMap store, with its default hasher and with ahash), as peers in each group so that
+//! every ratio comes from one run.
+//!
+//! - `keyed_allowed/{1, 1000, 1000000}`: held keys visited in a pseudo-random order, a quota
+//!   so large that every check is admitted.
+//! - `keyed_denied/1000`: held keys whose limit of 1 was spent before the measurement.
+//! - `keyed_new_key`: the first check of a key never seen (a fresh limiter per sample,
+//!   dropped outside the timing).
+//! - `keyed_2_threads/{disjoint, same_key}`: two threads on 1000 keys each, or on one key. An
+//!   iteration is one check on each thread: the time shown is wall time per pair.
+//!
+//! Every limiter reads its default clock, quanta's calibrated TSC.
+//!
+//! ```text
+//! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench keyed
+//! ```
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
+use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
+
+type Governor<S> = governor::RateLimiter<
+    u64,
+    governor::state::keyed::DashMapStateStore<u64, S>,
+    governor::clock::DefaultClock,
+    governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+>;
+
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30);
+}
+
+/// `limit` per hour in 10 buckets.
+fn slidegate(limit: u64) -> KeyedLimiter<u64> {
+    let quota = Quota::new(limit, Duration::from_secs(3600)).expect("a valid quota");
+    KeyedLimiter::new(quota)
+}
+
+fn governor_quota(limit: u32) -> governor::Quota {
+    let limit = NonZeroU32::new(limit).expect("a positive limit");
+    governor::Quota::per_hour(limit)
+}
+
+fn governor_default(limit: u32) -> Governor<std::collections::hash_map::RandomState> {
+    governor::RateLimiter::keyed(governor_quota(limit))
+}
+
+fn governor_ahash(limit: u32) -> Governor<ahash::RandomState> {
+    governor::RateLimiter::dashmap_with_clock_and_hasher(
+        governor_quota(limit),
+        governor::clock::DefaultClock::default(),
+        ahash::RandomState::new(),
+    )
+}
+
+/// The `i`-th key of `keys`, in a scattered order (a multiplicative permutation).
+#[inline]
+fn scattered(i: u64, keys: u64) -> u64 {
+    i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % keys
+}
+
+fn allowed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_allowed");
+    configure(&mut group);
+    for keys in [1u64, 1_000, 1_000_000] {
+        let ours = slidegate(MAX_LIMIT);
+        let theirs = governor_default(u32::MAX);
+        let theirs_ahash = governor_ahash(u32::MAX);
+        for key in 0..keys {
+            assert!(ours.check(&key).is_allowed());
+            assert!(theirs.check_key(&key).is_ok());
+            assert!(theirs_ahash.check_key(&key).is_ok());
+        }
+        let mut i = 0u64;
+        group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
+            b.iter(|| {
+                i += 1;
+                black_box(ours.check(&scattered(i, keys)))
+            })
+        });
+        group.bench_function(BenchmarkId::new("governor", keys), |b| {
+            b.iter(|| {
+                i += 1;
+                black_box(theirs.check_key(&scattered(i, keys)).is_ok())
+            })
+        });
+        group.bench_function(BenchmarkId::new("governor_ahash", keys), |b| {
+            b.iter(|| {
+                i += 1;
+                black_box(theirs_ahash.check_key(&scattered(i, keys)).is_ok())
+            })
+        });
+    }
+    group.finish();
+}
+
+fn denied(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_denied");
+    configure(&mut group);
+    let keys = 1_000u64;
+    let ours = slidegate(1);
+    let theirs = governor_default(1);
+    let theirs_ahash = governor_ahash(1);
+    for key in 0..keys {
+        assert!(ours.check(&key).is_allowed());
+        assert!(theirs.check_key(&key).is_ok());
+        assert!(theirs_ahash.check_key(&key).is_ok());
+    }
+    let mut i = 0u64;
+    group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(ours.check(&scattered(i, keys)))
+        })
+    });
+    group.bench_function(BenchmarkId::new("governor", keys), |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(theirs.check_key(&scattered(i, keys)).is_err())
+        })
+    });
+    group.bench_function(BenchmarkId::new("governor_ahash", keys), |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(theirs_ahash.check_key(&scattered(i, keys)).is_err())
+        })
+    });
+    group.finish();
+}
+
+fn new_key(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_new_key");
+    configure(&mut group);
+    group.bench_function("slidegate", |b| {
+        b.iter_custom(|iters| {
+            let limiter = slidegate(MAX_LIMIT);
+            let start = Instant::now();
+            for key in 0..iters {
+                let _ = black_box(limiter.check(&key));
+            }
+            start.elapsed()
+        })
+    });
+    group.bench_function("governor", |b| {
+        b.iter_custom(|iters| {
+            let limiter = governor_default(u32::MAX);
+            let start = Instant::now();
+            for key in 0..iters {
+                black_box(limiter.check_key(&key).is_ok());
+            }
+            start.elapsed()
+        })
+    });
+    group.bench_function("governor_ahash", |b| {
+        b.iter_custom(|iters| {
+            let limiter = governor_ahash(u32::MAX);
+            let start = Instant::now();
+            for key in 0..iters {
+                black_box(limiter.check_key(&key).is_ok());
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+}
+
+/// Runs `check(thread, i)` for `iters` iterations on two threads; the wall time of both.
+fn two_threads(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
+    let barrier = Barrier::new(2);
+    thread::scope(|s| {
+        let other = s.spawn(|| {
+            barrier.wait();
+            for i in 0..iters {
+                check(1, i);
+            }
+        });
+        barrier.wait();
+        let start = Instant::now();
+        for i in 0..iters {
+            check(0, i);
+        }
+        let _ = other.join();
+        start.elapsed()
+    })
+}
+
+fn contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_2_threads");
+    configure(&mut group);
+    let keys = 1_000u64;
+    let ours = slidegate(MAX_LIMIT);
+    let theirs = governor_default(u32::MAX);
+    for key in 0..2 * keys {
+        assert!(ours.check(&key).is_allowed());
+        assert!(theirs.check_key(&key).is_ok());
+    }
+    // Disjoint: thread t checks keys t·1000 .. t·1000 + 999.
+    let key = |t: u64, i: u64| t * keys + scattered(i, keys);
+    group.bench_function(BenchmarkId::new("slidegate", "disjoint"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                let _ = black_box(ours.check(&key(t, i)));
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("governor", "disjoint"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                black_box(theirs.check_key(&key(t, i)).is_ok());
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("slidegate", "same_key"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|_, _| {
+                let _ = black_box(ours.check(&0));
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("governor", "same_key"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|_, _| {
+                black_box(theirs.check_key(&0).is_ok());
+            })
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    allowed(&mut criterion);
+    denied(&mut criterion);
+    new_key(&mut criterion);
+    contended(&mut criterion);
+    criterion.final_summary();
+}

@@ -1,0 +1,55 @@
+// Keyed store — two first checks of the same key.
+//
+// Proves: when two threads check a key the store does not hold, both miss the lock-free
+// lookup and race to the insert path, yet exactly one entry is created for the key (the
+// second insert, serialized by the writer lock, finds the first's entry) and both checks are
+// judged and charged on that one entry: with a limit of 1 exactly one is admitted, the store
+// holds one key, and the entry's total equals the admitted cost.
+//
+// Would fail if the insert path did not look the key up again under the lock (two entries:
+// both checks admitted, or one admission charged to an entry the table no longer links, so
+// `admitted_total` would be 0), or if a lookup could see an entry before its fields were
+// initialised (the Release store linking it / Acquire load finding it).
+#![cfg(slidegate_loom)]
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+use slidegate::clock::ManualClock;
+use slidegate::{KeyedLimiter, Quota};
+
+/// A hasher with fixed keys: loom replays every execution, so hashing must not be random.
+type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+fn keyed(quota: Quota, clock: ManualClock) -> KeyedLimiter<u32, ManualClock, FixedHasher> {
+    KeyedLimiter::builder(quota)
+        .clock(clock)
+        .hasher(FixedHasher::default())
+        .build()
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
+#[test]
+fn exactly_one_entry_wins() {
+    model(|| {
+        let quota = Quota::new(1, Duration::from_nanos(20))
+            .and_then(|q| q.with_granularity(Duration::from_nanos(10)))
+            .expect("valid quota");
+        let limiter = Arc::new(keyed(quota, ManualClock::new()));
+        let other = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.check(&7u32).is_allowed())
+        };
+        let mine = limiter.check(&7u32).is_allowed();
+        let theirs = other.join().expect("checker panicked");
+        assert!(mine ^ theirs, "admitted: {mine} and {theirs}");
+        assert_eq!(limiter.len(), 1);
+        assert_eq!(limiter.admitted_total(&7), 1);
+    });
+}

@@ -1,0 +1,691 @@
+//! The keyed limiter: one sliding window per key, in a lock-free store with bounded memory.
+//!
+//! Each key's window is the same [`Ring`] the direct limiter uses, judged by the same
+//! [`Rule`], so a key's decisions are exactly those of a [`SlidingWindow`](crate::SlidingWindow)
+//! of the key's quota. The store (`store.rs`) documents the table, its reclamation and its
+//! eviction; `window/ring.rs` documents the retirement protocol that lets an entry be freed
+//! without losing an admission.
+
+pub(crate) mod store;
+
+use core::fmt;
+use core::hash::{BuildHasher, Hash};
+use std::collections::HashMap;
+
+use crate::algo::sliding_counter::Rule;
+use crate::clock::{Clock, QuantaClock};
+use crate::decision::{CostError, Decision};
+use crate::quota::Quota;
+use crate::sync::epoch::{self, Atomic, Guard, Owned};
+use crate::sync::{self, Backoff, Mutex, Ordering};
+
+use store::{Entry, Shape, Store};
+
+/// The default hasher of a [`KeyedLimiter`]: ahash, with a random state per limiter, so
+/// that an attacker who controls keys cannot predict collisions (HashDoS).
+pub type DefaultHashBuilder = ahash::RandomState;
+
+/// A lock-free sliding-window rate limiter with one window per key.
+///
+/// `Send + Sync`: share it by reference or in an `Arc`. Checking a key the limiter already
+/// holds takes no lock and writes nothing shared but that key's own window; a key's first
+/// check inserts it under a lock that checks of held keys never wait for (first checks of
+/// new keys take turns).
+///
+/// Every key gets the default quota unless it has an override ([`KeyedLimiter::quota_for`]).
+/// Decisions are those of a [`SlidingWindow`](crate::SlidingWindow) of the key's quota.
+///
+/// # Memory
+/// A key whose window is empty is indistinguishable from a key never seen, and is evicted
+/// as inserts pass by (and by [`KeyedLimiter::retain_recent`]); eviction of such a key never
+/// changes a decision. With [`KeyedLimiterBuilder::max_keys`] the store holds at most that
+/// many keys: a new key arriving at the bound evicts an idle key if one of a sample of 16 is
+/// idle, else the least recently active key of the sample (approximate LRU). That *forced*
+/// eviction forgets the evicted key's admissions — the key may be admitted up to its limit
+/// again — and is counted by [`KeyedLimiter::forced_evictions`]. Without `max_keys` the
+/// store is unbounded.
+///
+/// Keys are `'static`: evicted keys are dropped by the epoch collector, possibly after the
+/// limiter itself.
+///
+/// ```
+/// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
+/// assert!(limiter.check(&"alice").is_allowed());
+/// assert!(limiter.check(&"alice").is_allowed());
+/// assert!(!limiter.check(&"alice").is_allowed());
+/// assert!(limiter.check(&"bob").is_allowed()); // every key has its own window
+///
+/// clock.advance(Duration::from_millis(1100));
+/// assert!(limiter.check(&"alice").is_allowed());
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+pub struct KeyedLimiter<K, C = QuantaClock, S = DefaultHashBuilder>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    rule: Rule,
+    store: Store<K, S>,
+    overrides: Overrides<K, S>,
+    clock: C,
+}
+
+impl<K> KeyedLimiter<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    /// A limiter giving every key `quota`, on the default clock, with no bound on keys.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::new(Quota::new(100, Duration::from_secs(60))?);
+    /// assert!(limiter.check(&"10.0.0.1").is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn new(quota: Quota) -> Self {
+        KeyedLimiter::builder(quota).build()
+    }
+
+    /// A builder for a limiter giving every key `quota`: choose the clock, the hasher and a
+    /// bound on keys.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::new(10, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new())
+    ///     .hasher(std::collections::hash_map::RandomState::new())
+    ///     .max_keys(100_000)
+    ///     .build();
+    /// assert!(limiter.check(&42u64).is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn builder(quota: Quota) -> KeyedLimiterBuilder<K> {
+        KeyedLimiterBuilder {
+            quota,
+            clock: QuantaClock::new(),
+            hasher: DefaultHashBuilder::new(),
+            max_keys: usize::MAX,
+            key: core::marker::PhantomData,
+        }
+    }
+}
+
+impl<K, C> KeyedLimiter<K, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// A limiter giving every key `quota`, reading time from `clock`, with no bound on keys.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, ManualClock::new());
+    /// assert!(limiter.check(&1).is_allowed());
+    /// assert!(!limiter.check(&1).is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        KeyedLimiter::builder(quota).clock(clock).build()
+    }
+}
+
+impl<K, C, S> KeyedLimiter<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// Checks and, if allowed, charges a cost of 1 to `key`.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::new(Quota::new(2, Duration::from_secs(60))?);
+    /// assert_eq!(limiter.check(&"k").remaining(), 1);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn check(&self, key: &K) -> Decision {
+        match self.acquire(key, 1) {
+            Ok(decision) => decision,
+            Err(_) => unreachable!("every limit is at least 1"),
+        }
+    }
+
+    /// Checks and, if allowed, charges a cost of `n` to `key`. A cost of zero or above the
+    /// key's limit is an error, not a denial.
+    ///
+    /// ```
+    /// use slidegate::{CostError, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::new(Quota::new(10, Duration::from_secs(1))?);
+    /// assert!(limiter.check_n(&"k", 7)?.is_allowed());
+    /// assert!(!limiter.check_n(&"k", 4)?.is_allowed());
+    /// assert_eq!(limiter.check_n(&"k", 0), Err(CostError::Zero));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn check_n(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+        self.acquire(key, n)
+    }
+
+    /// What a check of cost 1 on `key` would decide now, without charging anything. A key
+    /// the limiter does not hold is not inserted: it reads as a fresh window.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
+    /// assert_eq!(limiter.peek(&"k").remaining(), 5);
+    /// assert_eq!(limiter.len(), 0);
+    /// limiter.check(&"k");
+    /// assert_eq!(limiter.peek(&"k").remaining(), 4);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn peek(&self, key: &K) -> Decision {
+        let guard = epoch::pin();
+        let rule = self.rule_for(key, &guard);
+        let hash = self.store.hash(key);
+        let now = || self.clock.now().0;
+        let entry = self.store.get(key, hash, &guard);
+        if let Some(entry) = entry.filter(|e| e.fits(shape_of(&rule))) {
+            let read = entry.ring.read(rule.granularity, now, false, |r| {
+                rule.judge(r.offset, 1, true, |j| r.tail(j))
+            });
+            if let Some((decision, _)) = read {
+                return decision;
+            }
+        }
+        // Absent, retired (so idle or forcibly evicted), or of another shape (the next check
+        // starts it afresh): a fresh window.
+        rule.judge(now() % rule.granularity, 1, true, |_| 0)
+    }
+
+    /// The number of keys held, idle keys not yet evicted included.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
+    /// limiter.check(&1);
+    /// limiter.check(&2);
+    /// limiter.check(&1);
+    /// assert_eq!(limiter.len(), 2);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether no key is held.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::<&str>::new(Quota::new(5, Duration::from_secs(1))?);
+    /// assert!(limiter.is_empty());
+    /// limiter.check(&"k");
+    /// assert!(!limiter.is_empty());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Evicts every key whose window is empty now, returning how many. Such keys are
+    /// indistinguishable from keys never seen, so no decision changes. It runs in chunks,
+    /// letting inserts of new keys through between them; checks of held keys never wait.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(5, Duration::from_secs(1))?, clock.clone());
+    /// limiter.check(&"a");
+    /// assert_eq!(limiter.retain_recent(), 0); // "a" is still in its window
+    /// clock.advance(Duration::from_millis(1100));
+    /// assert_eq!(limiter.retain_recent(), 1);
+    /// assert_eq!(limiter.len(), 0);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn retain_recent(&self) -> usize {
+        self.store.retain_recent(self.clock.now().0)
+    }
+
+    /// Keys evicted because their window was empty (no decision changed), since creation.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(5, Duration::from_secs(1))?, clock.clone());
+    /// limiter.check(&"a");
+    /// clock.advance(Duration::from_secs(2));
+    /// limiter.retain_recent();
+    /// assert_eq!(limiter.evictions(), 1);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn evictions(&self) -> u64 {
+        self.store.evictions()
+    }
+
+    /// Keys forced out by the `max_keys` bound while their window still held admissions;
+    /// each one's admissions were forgotten (see the type's documentation).
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::new(5, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new())
+    ///     .max_keys(2)
+    ///     .build();
+    /// for key in 0..3 {
+    ///     limiter.check(&key);
+    /// }
+    /// assert_eq!(limiter.len(), 2);
+    /// assert_eq!(limiter.forced_evictions(), 1);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn forced_evictions(&self) -> u64 {
+        self.store.forced_evictions()
+    }
+
+    /// Gives `key` its own quota from now on, while checks go on.
+    ///
+    /// What happens to the key's counts: if the new quota has the same window and granularity
+    /// as the one the key is counted in, its counts are kept and the new limit and mode apply
+    /// from the next check (a key above a lowered limit is denied until enough leaves the
+    /// window). Otherwise the bucket geometry differs and the counts cannot be carried over
+    /// exactly, so the key starts a fresh window under the new quota at its next check.
+    ///
+    /// Overrides live in one map that each change copies and republishes (checks never wait
+    /// for it), so a change costs time in proportion to the number of overrides: meant for
+    /// thousands of special keys changed now and then, not for per-request updates.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
+    /// limiter.quota_for(&"vip", Quota::new(100, Duration::from_secs(1))?);
+    /// for _ in 0..100 {
+    ///     assert!(limiter.check(&"vip").is_allowed());
+    /// }
+    /// assert_eq!(limiter.check(&"guest").limit(), 2);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn quota_for(&self, key: &K, quota: Quota) {
+        self.overrides.update(self.store.hasher(), |map| {
+            map.insert(key.clone(), Rule::new(quota));
+        });
+    }
+
+    /// Gives `key` the default quota again, with the same rule for its counts as
+    /// [`KeyedLimiter::quota_for`].
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::new(Quota::new(2, Duration::from_secs(1))?);
+    /// limiter.quota_for(&"k", Quota::new(9, Duration::from_secs(1))?);
+    /// assert_eq!(limiter.quota(&"k").limit(), 9);
+    /// limiter.clear_quota_for(&"k");
+    /// assert_eq!(limiter.quota(&"k").limit(), 2);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn clear_quota_for(&self, key: &K) {
+        self.overrides.update(self.store.hasher(), |map| {
+            map.remove(key);
+        });
+    }
+
+    /// The quota `key` is checked against now.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let quota = Quota::new(2, Duration::from_secs(1))?;
+    /// let limiter = KeyedLimiter::new(quota);
+    /// assert_eq!(limiter.quota(&"anyone"), quota);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn quota(&self, key: &K) -> Quota {
+        self.rule_for(key, &epoch::pin()).quota
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock, Nanos}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::<u32, _>::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
+    /// assert_eq!(limiter.clock().now(), Nanos(0));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The total cost ever admitted to `key`'s current entry (0 if it holds none). For tests.
+    #[doc(hidden)]
+    pub fn admitted_total(&self, key: &K) -> u64 {
+        let guard = epoch::pin();
+        let hash = self.store.hash(key);
+        self.store
+            .get(key, hash, &guard)
+            .map_or(0, |entry| entry.ring.admitted())
+    }
+
+    /// The rule for `key`: its override, else the default.
+    #[inline]
+    fn rule_for(&self, key: &K, guard: &Guard) -> Rule {
+        self.overrides.get(key, guard).unwrap_or(self.rule)
+    }
+
+    /// Checks and charges `n`, validated against the key's quota.
+    #[inline]
+    fn acquire(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+        let guard = &epoch::pin();
+        let hash = self.store.hash(key);
+        let now = || self.clock.now().0;
+        let mut rule = self.rule_for(key, guard);
+        validate(n, &rule)?;
+        let mut entry: &Entry<K> = match self.store.get(key, hash, guard) {
+            Some(entry) if entry.fits(shape_of(&rule)) => entry,
+            _ => self.insert(key, hash, guard),
+        };
+        let backoff = Backoff::new();
+        loop {
+            if !entry.fits(shape_of(&rule)) {
+                // The key's quota changed shape since `rule` was read (the insert path used
+                // the newer one): judge under the newer one.
+                rule = self.rule_for(key, guard);
+                validate(n, &rule)?;
+                if !entry.fits(shape_of(&rule)) {
+                    entry = self.insert(key, hash, guard);
+                }
+                continue;
+            }
+            let read = entry.ring.read(rule.granularity, now, true, |r| {
+                rule.judge(r.offset, n, false, |j| r.tail(j))
+            });
+            match read {
+                Some((decision, reading)) => {
+                    if !decision.is_allowed() || entry.ring.try_charge(&reading, n) {
+                        return Ok(decision);
+                    }
+                    // Lost the CAS to a concurrent admission, or the entry was retired: judge
+                    // again (a retired ring then reads as `None`).
+                    backoff.spin();
+                }
+                // Retired: evicted (idle, so a fresh entry decides the same) or forced out.
+                // The writer path sees the store as it is after the eviction.
+                None => entry = self.insert(key, hash, guard),
+            }
+        }
+    }
+
+    /// The writer path: `key`'s live entry, inserted if need be, of the shape of the key's
+    /// quota as published when the store's lock is taken.
+    #[cold]
+    fn insert<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> &'g Entry<K> {
+        let shape = || shape_of(&self.rule_for(key, guard));
+        self.store
+            .get_or_insert(key, hash, shape, self.clock.now().0, guard)
+    }
+}
+
+/// A cost the rule can ever admit, or why not.
+#[inline]
+fn validate(n: u64, rule: &Rule) -> Result<(), CostError> {
+    match n {
+        0 => Err(CostError::Zero),
+        n if n > rule.limit => Err(CostError::ExceedsLimit {
+            cost: n,
+            limit: rule.limit,
+        }),
+        _ => Ok(()),
+    }
+}
+
+impl<K, C, S> fmt::Debug for KeyedLimiter<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("quota", &self.rule.quota)
+            .field("keys", &self.store.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`].
+///
+/// ```
+/// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+/// use std::time::Duration;
+///
+/// let limiter = KeyedLimiter::<String, _, _>::builder(Quota::new(10, Duration::from_secs(1))?)
+///     .clock(ManualClock::new())
+///     .max_keys(1_000)
+///     .build();
+/// assert!(limiter.check(&"user-1".to_string()).is_allowed());
+/// # Ok::<(), slidegate::ConfigError>(())
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedLimiterBuilder<K, C = QuantaClock, S = DefaultHashBuilder> {
+    quota: Quota,
+    clock: C,
+    hasher: S,
+    max_keys: usize,
+    key: core::marker::PhantomData<fn() -> K>,
+}
+
+impl<K, C, S> KeyedLimiterBuilder<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// Reads time from `clock` (default: [`QuantaClock`]).
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?).clock(clock.clone()).build();
+    /// assert!(limiter.check(&"k").is_allowed());
+    /// clock.advance(Duration::from_millis(1100));
+    /// assert!(limiter.check(&"k").is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedLimiterBuilder<K, C2, S> {
+        KeyedLimiterBuilder {
+            quota: self.quota,
+            clock,
+            hasher: self.hasher,
+            max_keys: self.max_keys,
+            key: self.key,
+        }
+    }
+
+    /// Hashes keys with `hasher` (default: [`DefaultHashBuilder`], ahash with a random state).
+    /// Keys chosen by untrusted parties need a keyed hasher, as the default is.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?)
+    ///     .hasher(std::collections::hash_map::RandomState::new())
+    ///     .build();
+    /// assert!(limiter.check(&"k").is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn hasher<S2>(self, hasher: S2) -> KeyedLimiterBuilder<K, C, S2>
+    where
+        S2: BuildHasher + Clone + Send + Sync + 'static,
+    {
+        KeyedLimiterBuilder {
+            quota: self.quota,
+            clock: self.clock,
+            hasher,
+            max_keys: self.max_keys,
+            key: self.key,
+        }
+    }
+
+    /// Holds at most `max_keys` keys (at least 1); see [`KeyedLimiter`]'s "Memory" for what
+    /// happens at the bound. Default: unbounded.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?)
+    ///     .clock(ManualClock::new())
+    ///     .max_keys(10)
+    ///     .build();
+    /// for key in 0..100 {
+    ///     limiter.check(&key);
+    /// }
+    /// assert!(limiter.len() <= 10);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn max_keys(self, max_keys: usize) -> Self {
+        KeyedLimiterBuilder { max_keys, ..self }
+    }
+
+    /// The limiter.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?).build();
+    /// assert!(limiter.check(&0u8).is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn build(self) -> KeyedLimiter<K, C, S>
+    where
+        C: Clock,
+    {
+        KeyedLimiter {
+            rule: Rule::new(self.quota),
+            store: Store::new(self.hasher, self.max_keys),
+            overrides: Overrides::new(),
+            clock: self.clock,
+        }
+    }
+}
+
+impl<K, C, S> fmt::Debug for KeyedLimiterBuilder<K, C, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLimiterBuilder")
+            .field("quota", &self.quota)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+#[inline]
+fn shape_of(rule: &Rule) -> Shape {
+    Shape {
+        granularity: rule.granularity,
+        buckets: rule.buckets,
+    }
+}
+
+/// Per-key quotas: an immutable map, replaced whole (copy on write) and published through
+/// crossbeam-epoch, so checks read it with one Acquire load and never wait for an update.
+/// Null when empty, so limiters without overrides pay one load and a branch per check.
+struct Overrides<K, S> {
+    map: Atomic<HashMap<K, Rule, S>>,
+    /// Serializes updates, so none is lost to a concurrent one.
+    writer: Mutex<()>,
+}
+
+impl<K, S> Overrides<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn new() -> Self {
+        Overrides {
+            map: Atomic::null(),
+            writer: Mutex::new(()),
+        }
+    }
+
+    #[inline]
+    fn get(&self, key: &K, guard: &Guard) -> Option<Rule> {
+        // Acquire: pairs with the Release in `update`, so the map's contents are visible.
+        let map = self.map.load(Ordering::Acquire, guard);
+        if map.is_null() {
+            return None;
+        }
+        // SAFETY: non-null maps are freed by `defer_destroy` after being replaced, so not
+        // before `guard` is dropped.
+        unsafe { map.deref() }.get(key).copied()
+    }
+
+    /// Publishes a copy of the map changed by `change`.
+    fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, Rule, S>)) {
+        let _writer = sync::lock(&self.writer);
+        let guard = epoch::pin();
+        let old = self.map.load(Ordering::Acquire, &guard);
+        // SAFETY: as in `get`.
+        let mut map = match unsafe { old.as_ref() } {
+            Some(map) => map.clone(),
+            None => HashMap::with_hasher(hasher.clone()),
+        };
+        change(&mut map);
+        let new = if map.is_empty() {
+            epoch::Shared::null()
+        } else {
+            Owned::new(map).into_shared(&guard)
+        };
+        // Release: pairs with the Acquire in `get`, publishing the new map's contents.
+        self.map.store(new, Ordering::Release);
+        if !old.is_null() {
+            // SAFETY: unlinked just now, under the writer lock; readers that loaded it are
+            // pinned.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+}
+
+impl<K, S> Drop for Overrides<K, S> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader can hold the map.
+        let guard = unsafe { epoch::unprotected() };
+        let map = self.map.load(Ordering::Relaxed, guard);
+        if !map.is_null() {
+            // SAFETY: as above; the current map is owned by `self`.
+            drop(unsafe { map.into_owned() });
+        }
+    }
+}

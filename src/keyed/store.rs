@@ -1,0 +1,601 @@
+//! The concurrent key store: an open-addressing, linear-probing hash table of epoch-managed
+//! entries, each holding a key, its hash and its window in one allocation.
+//!
+//! # Layout
+//! A table is a power-of-two array of slots; a slot is an atomic pointer
+//! ([`Atomic`](crate::sync::epoch) from crossbeam-epoch) that is *empty* (null), a *tombstone*
+//! (null with tag 1: a key was here, keep probing) or an entry. An entry is one allocation:
+//! hash, key, granularity and [`Ring`]; only the ring's snapshot array is a second one. A
+//! lookup of an existing key is one dependent load for the table, one per probed slot and
+//! then the entry itself — linear probing keeps the probed slots on one or two cache lines.
+//!
+//! # Why this design
+//! - **Lookups write nothing shared.** A lookup pins the epoch (a thread-local write),
+//!   loads the table and probes: compare the hash, then the key. No lock, no reference count,
+//!   no access timestamp; the only shared writes on a check are the key's own ring.
+//! - **One writer at a time.** Inserts, evictions and resizes take `writer`, a mutex that
+//!   lookups never take. A key's first check is already a slow path (it allocates); making it
+//!   single-writer removes every insert/insert and insert/evict race: two inserts of one key
+//!   are serialized, and the second finds the first's entry (exactly one wins). A writer never
+//!   blocks lookups: it publishes each change with one Release store of a slot (or of the
+//!   table), which a lookup either sees or does not; a lookup that misses a key being inserted
+//!   falls to the writer path, which sees it under the lock.
+//! - **Resizes never stop readers.** A resize builds a new table holding the same entry
+//!   pointers, publishes it with one store and retires the old table with `defer_destroy`.
+//!   Readers still probing the old table see valid entries; a table's `Drop` frees only its
+//!   slot array, never the entries it shares with its successor. The store's own `Drop` frees
+//!   the entries of the current table.
+//! - **Eviction never changes a decision.** An entry is unlinked only after its ring was
+//!   retired (see `window/ring.rs`, "Retirement"): retired while idle, it answers as a fresh
+//!   entry would, and a check that found it a moment before fails its charge, looks the key
+//!   up again under the lock and is charged to the fresh entry — no admission is lost.
+//!   Unlinked entries are freed with `defer_destroy`, so never while a reader holds them.
+//! - **Eviction is incremental.** Every insert examines a few slots after a cursor that goes
+//!   round the table ([`SWEEP`]), evicting the idle entries it finds; a store at `max_keys`
+//!   examines up to [`SAMPLE`] entries for an idle one before forcing out the least recently
+//!   active of them. [`Store::retain_recent`] sweeps the whole table in chunks, releasing the
+//!   lock between chunks. No full scan ever runs under the lock.
+
+use core::hash::{BuildHasher, Hash};
+
+use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
+use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::window::ring::Ring;
+
+/// The tag that marks a null slot as a tombstone.
+const TOMBSTONE: usize = 1;
+
+/// The smallest table.
+const MIN_CAPACITY: usize = 8;
+
+/// Slots an insert examines for idle entries, so that churn is reclaimed as it happens.
+const SWEEP: usize = 4;
+
+/// Entries a store at its bound examines for an idle one before forcing one out.
+const SAMPLE: usize = 16;
+
+/// Slots `retain_recent` examines per lock acquisition.
+const CHUNK: usize = 1024;
+
+/// The window a key needs: entries of another shape are replaced, not reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// `G` in nanoseconds.
+    pub(crate) granularity: u64,
+    /// `N`.
+    pub(crate) buckets: u64,
+}
+
+/// One key's state.
+pub(crate) struct Entry<K> {
+    hash: u64,
+    /// `G` of the ring; with the ring's `N`, the entry's [`Shape`].
+    pub(crate) granularity: u64,
+    pub(crate) ring: Ring,
+    pub(crate) key: K,
+}
+
+impl<K> Entry<K> {
+    fn new(hash: u64, key: K, shape: Shape) -> Entry<K> {
+        Entry {
+            hash,
+            granularity: shape.granularity,
+            ring: Ring::new(shape.buckets),
+            key,
+        }
+    }
+
+    /// Whether the entry's window has `shape`.
+    #[inline]
+    pub(crate) fn fits(&self, shape: Shape) -> bool {
+        self.granularity == shape.granularity && self.ring.buckets() == shape.buckets
+    }
+}
+
+struct Table<K> {
+    mask: usize,
+    slots: Box<[Atomic<Entry<K>>]>,
+}
+
+impl<K> Table<K> {
+    fn new(capacity: usize) -> Table<K> {
+        debug_assert!(capacity.is_power_of_two());
+        Table {
+            mask: capacity - 1,
+            slots: (0..capacity).map(|_| Atomic::null()).collect(),
+        }
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        // Truncation intended: the low bits pick the slot.
+        hash as usize & self.mask
+    }
+}
+
+/// State only the writer touches.
+struct Writer {
+    /// Where the next sweep starts.
+    cursor: usize,
+    /// Tombstones in the current table; with `len`, its load.
+    tombstones: usize,
+}
+
+/// The key store. `K` is `'static` because unlinked entries are dropped later, on whichever
+/// thread collects the epoch's garbage, possibly after the store itself is gone.
+pub(crate) struct Store<K, S> {
+    table: Atomic<Table<K>>,
+    hasher: S,
+    writer: Mutex<Writer>,
+    /// Live entries (idle ones not yet evicted included). Written under `writer`.
+    len: AtomicUsize,
+    max_keys: usize,
+    evicted: AtomicU64,
+    forced: AtomicU64,
+}
+
+impl<K, S> Store<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// An empty store holding at most `max_keys` (at least 1) entries.
+    pub(crate) fn new(hasher: S, max_keys: usize) -> Store<K, S> {
+        Store {
+            table: Atomic::new(Table::new(MIN_CAPACITY)),
+            hasher,
+            writer: Mutex::new(Writer {
+                cursor: 0,
+                tombstones: 0,
+            }),
+            len: AtomicUsize::new(0),
+            max_keys: max_keys.max(1),
+            evicted: AtomicU64::new(0),
+            forced: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn hash(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    pub(crate) fn hasher(&self) -> &S {
+        &self.hasher
+    }
+
+    /// The number of entries.
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: a statistic.
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Entries evicted because they were idle.
+    pub(crate) fn evictions(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Entries forced out by the `max_keys` bound while not idle.
+    pub(crate) fn forced_evictions(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.forced.load(Ordering::Relaxed)
+    }
+
+    /// The current table.
+    #[inline]
+    fn table<'g>(&self, guard: &'g Guard) -> &'g Table<K> {
+        // Acquire: pairs with the Release store that published the table, so its slots'
+        // initial values are visible.
+        let table = self.table.load(Ordering::Acquire, guard);
+        // SAFETY: the table pointer is never null; a replaced table is freed by
+        // `defer_destroy`, so not before `guard` is dropped.
+        unsafe { table.deref() }
+    }
+
+    /// The entry of `key`, if the store holds one. Lock-free; writes nothing shared. The entry
+    /// may be retired (its ring says so); the caller then goes to [`Store::get_or_insert`].
+    #[inline]
+    pub(crate) fn get<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> Option<&'g Entry<K>> {
+        let table = self.table(guard);
+        let mut i = table.home(hash);
+        for _ in 0..=table.mask {
+            // Acquire: pairs with the Release store that linked the entry, so its fields are
+            // initialised.
+            let slot = table.slots[i].load(Ordering::Acquire, guard);
+            if slot.is_null() {
+                if slot.tag() != TOMBSTONE {
+                    return None;
+                }
+            } else {
+                // SAFETY: non-null slots point to entries freed only by `defer_destroy` after
+                // being unlinked, so not before `guard` is dropped.
+                let entry = unsafe { slot.deref() };
+                if entry.hash == hash && entry.key == *key {
+                    return Some(entry);
+                }
+            }
+            i = (i + 1) & table.mask;
+        }
+        None
+    }
+
+    /// The live entry of `key` with the shape `shape()` returns: the existing one, or a fresh
+    /// one inserted now (an entry of another shape is retired and replaced). `shape` is asked
+    /// under the lock, so the key's quota it reads is the latest published, and a caller that
+    /// read an older quota cannot replace an entry of the newer shape. `now` is the time idle
+    /// entries are judged at. Takes the writer lock.
+    pub(crate) fn get_or_insert<'g>(
+        &self,
+        key: &K,
+        hash: u64,
+        shape: impl FnOnce() -> Shape,
+        now: u64,
+        guard: &'g Guard,
+    ) -> &'g Entry<K> {
+        let mut writer = self.lock();
+        let shape = shape();
+        let table = self.table(guard);
+        let mut i = table.home(hash);
+        for _ in 0..=table.mask {
+            let slot = table.slots[i].load(Ordering::Acquire, guard);
+            if slot.is_null() {
+                if slot.tag() != TOMBSTONE {
+                    break;
+                }
+            } else {
+                // SAFETY: as in `get`.
+                let entry = unsafe { slot.deref() };
+                if entry.hash == hash && entry.key == *key {
+                    // Under the lock an entry in the table is live (retire and unlink happen
+                    // together under it), so only a change of shape needs a new entry. Its
+                    // counts are dropped on purpose: see `KeyedLimiter::quota_for`.
+                    if entry.fits(shape) && !entry.ring.is_retired() {
+                        return entry;
+                    }
+                    entry.ring.retire_now();
+                    let fresh = Owned::new(Entry::new(hash, key.clone(), shape)).into_shared(guard);
+                    // Release: publishes the fresh entry's initialisation to lookups.
+                    table.slots[i].store(fresh, Ordering::Release);
+                    // SAFETY: `slot` is unlinked from the only table that is not itself
+                    // retired, and retired tables never free entries.
+                    unsafe { guard.defer_destroy(slot) };
+                    // SAFETY: just linked; freed only through `defer_destroy`.
+                    return unsafe { fresh.deref() };
+                }
+            }
+            i = (i + 1) & table.mask;
+        }
+
+        // The key is absent: make room, then link a fresh entry.
+        let mut table = table;
+        self.sweep(&mut writer, table, now, guard);
+        if self.len() >= self.max_keys {
+            self.make_room(&mut writer, table, now, guard);
+        }
+        if (self.len() + writer.tombstones + 1) * 4 > (table.mask + 1) * 3 {
+            table = self.resize(&mut writer, guard);
+        }
+        let fresh = Owned::new(Entry::new(hash, key.clone(), shape)).into_shared(guard);
+        let mut i = table.home(hash);
+        loop {
+            let slot = table.slots[i].load(Ordering::Relaxed, guard);
+            if slot.is_null() {
+                if slot.tag() == TOMBSTONE {
+                    writer.tombstones -= 1;
+                }
+                // Release: publishes the entry's initialisation to lookups (their Acquire).
+                table.slots[i].store(fresh, Ordering::Release);
+                break;
+            }
+            // The load factor stays at most 3/4, so a free slot is found.
+            i = (i + 1) & table.mask;
+        }
+        // Relaxed: a statistic, written only under the lock.
+        self.len.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: just linked; freed only through `defer_destroy`.
+        unsafe { fresh.deref() }
+    }
+
+    /// Evicts every entry that is idle at `now`, a chunk of slots per lock acquisition, so
+    /// inserts interleave with it. An entry moved by a concurrent resize may be skipped until
+    /// the next call. Returns the number evicted.
+    pub(crate) fn retain_recent(&self, now: u64) -> usize {
+        let mut evicted = 0;
+        let mut start = 0;
+        loop {
+            let guard = epoch::pin();
+            let mut writer = self.lock();
+            let table = self.table(&guard);
+            if start > table.mask {
+                return evicted;
+            }
+            let end = (start + CHUNK).min(table.mask + 1);
+            for i in start..end {
+                evicted += usize::from(self.evict_if_idle(&mut writer, table, i, now, &guard));
+            }
+            start = end;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer> {
+        sync::lock(&self.writer)
+    }
+
+    /// Examines [`SWEEP`] slots after the cursor, evicting idle entries.
+    fn sweep(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
+        for _ in 0..SWEEP {
+            let i = writer.cursor & table.mask;
+            writer.cursor = writer.cursor.wrapping_add(1);
+            self.evict_if_idle(writer, table, i, now, guard);
+        }
+    }
+
+    /// Frees one place for a new key in a store at its bound: the first idle entry among the
+    /// next [`SAMPLE`] after the cursor, else the least recently active of them (forced,
+    /// counted).
+    fn make_room(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
+        let mut oldest: Option<(u64, usize)> = None;
+        let mut seen = 0;
+        for _ in 0..=table.mask {
+            if seen == SAMPLE {
+                break;
+            }
+            let i = writer.cursor & table.mask;
+            writer.cursor = writer.cursor.wrapping_add(1);
+            let slot = table.slots[i].load(Ordering::Relaxed, guard);
+            if slot.is_null() {
+                continue;
+            }
+            seen += 1;
+            if self.evict_if_idle(writer, table, i, now, guard) {
+                return;
+            }
+            // SAFETY: as in `get`; only this writer unlinks, and it did not.
+            let entry = unsafe { slot.deref() };
+            let active = entry.ring.last_active(entry.granularity);
+            if oldest.is_none_or(|(a, _)| active < a) {
+                oldest = Some((active, i));
+            }
+        }
+        if let Some((_, i)) = oldest {
+            let slot = table.slots[i].load(Ordering::Relaxed, guard);
+            // SAFETY: as above.
+            let entry = unsafe { slot.deref() };
+            entry.ring.retire_now();
+            self.unlink(writer, table, i, slot, guard);
+            // Relaxed: a statistic.
+            self.forced.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Retires and unlinks the entry in slot `i` if it is idle at `now`.
+    fn evict_if_idle(
+        &self,
+        writer: &mut Writer,
+        table: &Table<K>,
+        i: usize,
+        now: u64,
+        guard: &Guard,
+    ) -> bool {
+        let slot = table.slots[i].load(Ordering::Relaxed, guard);
+        if slot.is_null() {
+            return false;
+        }
+        // SAFETY: as in `get`.
+        let entry = unsafe { slot.deref() };
+        if !entry.ring.retire_idle(entry.granularity, now) {
+            return false;
+        }
+        self.unlink(writer, table, i, slot, guard);
+        // Relaxed: a statistic.
+        self.evicted.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Removes the (retired) entry `slot` from slot `i` and schedules it to be freed.
+    fn unlink(
+        &self,
+        writer: &mut Writer,
+        table: &Table<K>,
+        i: usize,
+        slot: Shared<'_, Entry<K>>,
+        guard: &Guard,
+    ) {
+        let next = table.slots[(i + 1) & table.mask].load(Ordering::Relaxed, guard);
+        if next.is_null() && next.tag() != TOMBSTONE {
+            // No probe sequence continues past `i`, so it can be empty rather than a
+            // tombstone, and so can the tombstones just before it.
+            // Release: orders the ring's retirement before the unlinking.
+            table.slots[i].store(Shared::null(), Ordering::Release);
+            let mut j = i;
+            loop {
+                j = j.wrapping_sub(1) & table.mask;
+                let prev = table.slots[j].load(Ordering::Relaxed, guard);
+                if !(prev.is_null() && prev.tag() == TOMBSTONE) || j == i {
+                    break;
+                }
+                // Release: as above (a plain store would do; kept uniform).
+                table.slots[j].store(Shared::null(), Ordering::Release);
+                writer.tombstones -= 1;
+            }
+        } else {
+            // Release: orders the ring's retirement before the unlinking.
+            table.slots[i].store(Shared::null().with_tag(TOMBSTONE), Ordering::Release);
+            writer.tombstones += 1;
+        }
+        // Relaxed: a statistic, written only under the lock.
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: the entry is unlinked from the current table; retired tables that still
+        // point to it never free it, and readers that reached it are pinned.
+        unsafe { guard.defer_destroy(slot) };
+    }
+
+    /// Replaces the table by one sized for the live entries at a load of at most 1/2, with no
+    /// tombstones, and returns it.
+    fn resize<'g>(&self, writer: &mut Writer, guard: &'g Guard) -> &'g Table<K> {
+        let old_shared = self.table.load(Ordering::Relaxed, guard);
+        // SAFETY: never null; only this writer replaces it.
+        let old = unsafe { old_shared.deref() };
+        let capacity = ((self.len() + 1) * 2).next_power_of_two().max(MIN_CAPACITY);
+        let fresh = Table::new(capacity);
+        for slot in old.slots.iter() {
+            let entry = slot.load(Ordering::Relaxed, guard);
+            if entry.is_null() {
+                continue;
+            }
+            // SAFETY: as in `get`.
+            let mut i = fresh.home(unsafe { entry.deref() }.hash);
+            while !fresh.slots[i].load(Ordering::Relaxed, guard).is_null() {
+                i = (i + 1) & fresh.mask;
+            }
+            fresh.slots[i].store(entry, Ordering::Relaxed);
+        }
+        let fresh = Owned::new(fresh).into_shared(guard);
+        // Release: pairs with the Acquire in `table`, publishing the new slots' contents.
+        self.table.store(fresh, Ordering::Release);
+        // SAFETY: unlinked; a table's drop frees only its slot array, and readers still
+        // probing it are pinned.
+        unsafe { guard.defer_destroy(old_shared) };
+        writer.tombstones = 0;
+        writer.cursor = 0;
+        // SAFETY: just published; freed only through `defer_destroy`.
+        unsafe { fresh.deref() }
+    }
+}
+
+impl<K, S> Drop for Store<K, S> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no lookup is running and none can start, so nothing else
+        // can reach the current table or its entries.
+        let guard = unsafe { epoch::unprotected() };
+        let table = self.table.load(Ordering::Relaxed, guard);
+        // SAFETY: as above; never null.
+        let slots = &unsafe { table.deref() }.slots;
+        for slot in slots.iter() {
+            let entry = slot.load(Ordering::Relaxed, guard);
+            if !entry.is_null() {
+                // SAFETY: the current table owns its live entries; retired tables never free
+                // them and evicted ones are no longer in it.
+                drop(unsafe { entry.into_owned() });
+            }
+        }
+        // SAFETY: as above.
+        drop(unsafe { table.into_owned() });
+    }
+}
+
+#[cfg(all(test, not(slidegate_loom)))]
+mod tests {
+    use super::*;
+    use core::hash::Hasher;
+
+    /// Sends every key to one hash: every key shares one probe sequence.
+    #[derive(Clone, Default)]
+    struct OneHash;
+
+    impl BuildHasher for OneHash {
+        type Hasher = OneHasher;
+        fn build_hasher(&self) -> OneHasher {
+            OneHasher
+        }
+    }
+
+    struct OneHasher;
+
+    impl Hasher for OneHasher {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    const SHAPE: Shape = Shape {
+        granularity: 10,
+        buckets: 2,
+    };
+
+    /// Inserts `key` at `now` and charges it one unit there.
+    fn touch<S: BuildHasher>(store: &Store<u32, S>, key: u32, now: u64) {
+        let guard = epoch::pin();
+        let hash = store.hash(&key);
+        let entry = store.get_or_insert(&key, hash, || SHAPE, now, &guard);
+        let read = entry.ring.read(SHAPE.granularity, || now, true, |_| ());
+        assert!(read.is_some_and(|((), r)| entry.ring.try_charge(&r, 1)));
+    }
+
+    fn held<S: BuildHasher>(store: &Store<u32, S>, key: u32) -> bool {
+        let guard = epoch::pin();
+        store.get(&key, store.hash(&key), &guard).is_some()
+    }
+
+    #[test]
+    fn a_second_insert_of_a_key_finds_the_first() {
+        let store = Store::new(OneHash, usize::MAX);
+        let guard = epoch::pin();
+        let a = store.get_or_insert(&1u32, 7, || SHAPE, 0, &guard) as *const Entry<u32>;
+        let b = store.get_or_insert(&1u32, 7, || SHAPE, 0, &guard) as *const Entry<u32>;
+        assert_eq!(a, b);
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn lookups_probe_past_tombstones() {
+        let store = Store::new(OneHash, usize::MAX);
+        // Keys 0..4 at time 0, then 4..6 later: 0..4 are idle by t = 30.
+        for key in 0..4 {
+            touch(&store, key, 0);
+        }
+        for key in 4..6 {
+            touch(&store, key, 25);
+        }
+        let evicted = store.retain_recent(30);
+        assert_eq!(evicted, 4);
+        assert_eq!(store.len(), 2);
+        // 4 and 5 sit after the four tombstones in the one probe sequence.
+        assert!(held(&store, 4) && held(&store, 5));
+        assert!(!held(&store, 0));
+        // A new key reuses the first tombstone, and every key is still found.
+        touch(&store, 9, 30);
+        assert!(held(&store, 4) && held(&store, 5) && held(&store, 9));
+    }
+
+    #[test]
+    fn unlinking_the_end_of_a_probe_sequence_leaves_no_tombstones() {
+        let store = Store::new(OneHash, usize::MAX);
+        for key in 0..3 {
+            touch(&store, key, 0);
+        }
+        assert_eq!(store.retain_recent(30), 3);
+        assert_eq!(crate::sync::lock(&store.writer).tombstones, 0);
+    }
+
+    #[test]
+    fn resizes_keep_every_entry_and_its_counts() {
+        let store = Store::new(ahash::RandomState::new(), usize::MAX);
+        for key in 0..1000 {
+            touch(&store, key, 0);
+        }
+        assert_eq!(store.len(), 1000);
+        let guard = epoch::pin();
+        for key in 0..1000 {
+            let entry = store.get(&key, store.hash(&key), &guard);
+            assert_eq!(entry.map(|e| e.ring.admitted()), Some(1), "key {key}");
+        }
+        // Load at most 3/4.
+        let table = store.table(&guard);
+        assert!(4 * 1000 <= 3 * (table.mask + 1));
+    }
+
+    #[test]
+    fn a_full_store_forces_out_the_least_recently_active_entry() {
+        let store = Store::new(OneHash, 3);
+        for (key, t) in [(0, 10), (1, 0), (2, 20)] {
+            touch(&store, key, t);
+        }
+        touch(&store, 3, 25);
+        assert_eq!(store.forced_evictions(), 1);
+        assert!(!held(&store, 1));
+        assert!(held(&store, 0) && held(&store, 2) && held(&store, 3));
+    }
+}
