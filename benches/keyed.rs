@@ -69,37 +69,37 @@ fn scattered(i: u64, keys: u64) -> u64 {
     i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % keys
 }
 
+/// Holds `keys` keys in each peer (limits `ours` / `theirs`, each key checked once), then
+/// benches one check of a scattered held key per peer in `group`.
+fn held_keys(group: &mut BenchmarkGroup<'_, WallTime>, keys: u64, ours: u64, theirs: u32) {
+    let ours = slidegate(ours);
+    let (plain, hashed) = (governor_default(theirs), governor_ahash(theirs));
+    for key in 0..keys {
+        assert!(ours.check(&key).is_allowed());
+        assert!(plain.check_key(&key).is_ok());
+        assert!(hashed.check_key(&key).is_ok());
+    }
+    let mut i = 0u64;
+    let mut next = || {
+        i += 1;
+        scattered(i, keys)
+    };
+    group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
+        b.iter(|| black_box(ours.check(&next())))
+    });
+    group.bench_function(BenchmarkId::new("governor", keys), |b| {
+        b.iter(|| black_box(plain.check_key(&next()).is_ok()))
+    });
+    group.bench_function(BenchmarkId::new("governor_ahash", keys), |b| {
+        b.iter(|| black_box(hashed.check_key(&next()).is_ok()))
+    });
+}
+
 fn allowed(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_allowed");
     configure(&mut group);
     for keys in [1u64, 1_000, 1_000_000] {
-        let ours = slidegate(MAX_LIMIT);
-        let theirs = governor_default(u32::MAX);
-        let theirs_ahash = governor_ahash(u32::MAX);
-        for key in 0..keys {
-            assert!(ours.check(&key).is_allowed());
-            assert!(theirs.check_key(&key).is_ok());
-            assert!(theirs_ahash.check_key(&key).is_ok());
-        }
-        let mut i = 0u64;
-        group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
-            b.iter(|| {
-                i += 1;
-                black_box(ours.check(&scattered(i, keys)))
-            })
-        });
-        group.bench_function(BenchmarkId::new("governor", keys), |b| {
-            b.iter(|| {
-                i += 1;
-                black_box(theirs.check_key(&scattered(i, keys)).is_ok())
-            })
-        });
-        group.bench_function(BenchmarkId::new("governor_ahash", keys), |b| {
-            b.iter(|| {
-                i += 1;
-                black_box(theirs_ahash.check_key(&scattered(i, keys)).is_ok())
-            })
-        });
+        held_keys(&mut group, keys, MAX_LIMIT, u32::MAX);
     }
     group.finish();
 }
@@ -107,34 +107,8 @@ fn allowed(c: &mut Criterion) {
 fn denied(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_denied");
     configure(&mut group);
-    let keys = 1_000u64;
-    let ours = slidegate(1);
-    let theirs = governor_default(1);
-    let theirs_ahash = governor_ahash(1);
-    for key in 0..keys {
-        assert!(ours.check(&key).is_allowed());
-        assert!(theirs.check_key(&key).is_ok());
-        assert!(theirs_ahash.check_key(&key).is_ok());
-    }
-    let mut i = 0u64;
-    group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(ours.check(&scattered(i, keys)))
-        })
-    });
-    group.bench_function(BenchmarkId::new("governor", keys), |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(theirs.check_key(&scattered(i, keys)).is_err())
-        })
-    });
-    group.bench_function(BenchmarkId::new("governor_ahash", keys), |b| {
-        b.iter(|| {
-            i += 1;
-            black_box(theirs_ahash.check_key(&scattered(i, keys)).is_err())
-        })
-    });
+    // Limit 1, each key checked once: every benched check is denied.
+    held_keys(&mut group, 1_000, 1, 1);
     group.finish();
 }
 

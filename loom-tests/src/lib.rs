@@ -4,6 +4,7 @@
 //!
 //! - `model`: a loom runner with the preemption bound fixed in code (`PREEMPTION_BOUND`),
 //!   so a run does not depend on `LOOM_*` environment variables.
+//! - `keyed` and `FixedHasher`: a keyed limiter whose hashing loom can replay.
 //! - `RecordingClock`: a `ManualClock` that remembers, per loom thread, the last reading it
 //!   gave; `effective_times` derives from a decision whether the call judged at that reading
 //!   or at the start of a newer bucket.
@@ -17,7 +18,11 @@
 //! All times are nanoseconds on a `ManualClock` that starts at zero.
 
 #[cfg(slidegate_loom)]
+mod keyed;
+#[cfg(slidegate_loom)]
 mod oracle;
 
+#[cfg(slidegate_loom)]
+pub use keyed::{FixedHasher, keyed};
 #[cfg(slidegate_loom)]
 pub use oracle::*;

@@ -20,24 +20,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::{keyed, model};
+use slidegate::Quota;
 use slidegate::clock::ManualClock;
-use slidegate::{KeyedLimiter, Quota};
-
-/// A hasher with fixed keys: loom replays every execution, so hashing must not be random.
-type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-
-fn keyed(quota: Quota, clock: ManualClock) -> KeyedLimiter<u32, ManualClock, FixedHasher> {
-    KeyedLimiter::builder(quota)
-        .clock(clock)
-        .hasher(FixedHasher::default())
-        .build()
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(f);
-}
 
 /// Keys held before the race: one short of the smallest table's resize threshold (8 slots,
 /// load at most 3/4), so the racing insert resizes.

@@ -17,17 +17,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::{FixedHasher, model};
 use slidegate::clock::ManualClock;
 use slidegate::{Decision, KeyedLimiter, Quota};
-
-/// A hasher with fixed keys: loom replays every execution, so hashing must not be random.
-type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(f);
-}
 
 fn quota(limit: u64, buckets: u64) -> Quota {
     Quota::new(limit, Duration::from_nanos(10 * buckets))

@@ -16,24 +16,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::{keyed, model};
+use slidegate::Quota;
 use slidegate::clock::ManualClock;
-use slidegate::{KeyedLimiter, Quota};
-
-/// A hasher with fixed keys: loom replays every execution, so hashing must not be random.
-type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-
-fn keyed(quota: Quota, clock: ManualClock) -> KeyedLimiter<u32, ManualClock, FixedHasher> {
-    KeyedLimiter::builder(quota)
-        .clock(clock)
-        .hasher(FixedHasher::default())
-        .build()
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(f);
-}
 
 #[test]
 fn exactly_one_entry_wins() {

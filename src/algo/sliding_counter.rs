@@ -68,7 +68,7 @@ impl Rule {
             return Decision::new(true, l, l - sum - n, 0, self.after_buckets(nb + 1, r));
         }
         // The first j at which the buckets before b − N + j have left and the rest fit.
-        let j = gallop_up(1, nb + 1, |j| tail(j) + n > l);
+        let j = first_fit(1, nb + 1, |j| tail(j) + n > l);
         let retry = self.after_buckets(j, r);
         Decision::new(
             false,
@@ -114,7 +114,7 @@ impl Rule {
     /// so a binary search for the first `A_j ≥ 0` and at most one step decide it.
     fn weighted_retry(&self, r: u64, n: u64, tail: &impl Fn(u64) -> u64) -> u64 {
         let (l, g, nb) = (self.limit, self.granularity, self.buckets);
-        let first = gallop_up(0, nb + 1, |j| tail(j + 1) + n > l);
+        let first = first_fit(0, nb + 1, |j| tail(j + 1) + n > l);
         for j in first..=nb {
             let rest = tail(j + 1);
             let oldest = tail(j) - rest.min(tail(j));
@@ -168,21 +168,15 @@ fn partition_point(mut lo: u64, mut hi: u64, pred: impl Fn(u64) -> bool) -> u64 
     lo
 }
 
-/// `partition_point` for a boundary expected near `lo` (a denied request usually waits for
-/// the oldest bucket or two): probes `lo`, `lo + 1`, `lo + 3`, … then bisects, O(log d) for a
-/// boundary `d` past `lo` instead of O(log N) loads spread over the ring.
+/// `partition_point` that tries `lo` first: under steady traffic the oldest bucket leaving is
+/// enough; after a burst the boundary is far, and bisection is best.
 #[inline]
-fn gallop_up(lo: u64, hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
-    let (mut from, mut step) = (lo, 1u64);
-    while from < hi && pred(from) {
-        let next = from.saturating_add(step).min(hi);
-        if next == hi || !pred(next) {
-            return partition_point(from + 1, next, pred);
-        }
-        from = next + 1;
-        step = step.saturating_mul(2);
+fn first_fit(lo: u64, hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
+    if lo < hi && pred(lo) {
+        partition_point(lo + 1, hi, pred)
+    } else {
+        lo
     }
-    from
 }
 
 /// `partition_point` for a boundary expected near `hi` (the newest non-empty bucket is
@@ -264,7 +258,7 @@ mod tests {
         for hi in 0..40u64 {
             for b in 0..=hi {
                 for lo in 0..=b {
-                    assert_eq!(gallop_up(lo, hi, |x| x < b), b, "up {lo}..{hi} at {b}");
+                    assert_eq!(first_fit(lo, hi, |x| x < b), b, "first {lo}..{hi} at {b}");
                     assert_eq!(gallop_down(lo, hi, |x| x < b), b, "down {lo}..{hi} at {b}");
                 }
             }
