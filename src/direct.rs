@@ -1,12 +1,15 @@
 //! The direct (single-key) limiter.
 
+use core::cell::OnceCell;
 use core::fmt;
 
 use crate::algo::sliding_counter::Rule;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
+use crate::multi::{self, Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::Backoff;
+use crate::sync::epoch::Guard;
 use crate::window::ring::Ring;
 
 /// A lock-free sliding-window rate limiter for one key.
@@ -176,12 +179,29 @@ impl<C: Clock> SlidingWindow<C> {
         }
     }
 
-    /// The total cost this limiter has ever admitted (wrapping at 2⁶³). For tests and metrics.
+    /// The total cost this limiter has ever admitted (wrapping at 2³²). For tests and metrics.
     #[doc(hidden)]
     pub fn admitted_total(&self) -> u64 {
         self.ring.admitted()
     }
 }
+
+impl<C: Clock> sealed::Reserve for SlidingWindow<C> {
+    fn judge_cost<'g>(
+        &'g self,
+        n: u64,
+        reserve: bool,
+        _pin: &'g OnceCell<Guard>,
+    ) -> Result<sealed::Judged<'g>, CostError> {
+        self.validate(n)?;
+        match multi::judge_on(&self.ring, &self.rule, || self.clock.now().0, n, reserve) {
+            Some(judged) => Ok(judged),
+            None => unreachable!("a direct limiter's ring is never retired"),
+        }
+    }
+}
+
+impl<C: Clock> Limit for SlidingWindow<C> {}
 
 impl<C> fmt::Debug for SlidingWindow<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -76,6 +76,25 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Several limits at once
+//! [`check_all`] checks one request against several limits — 10/s *and* 1000/h, per user
+//! *and* per tenant, direct and keyed limiters mixed — and charges all of them or none. It
+//! reserves the cost on each limit in turn (reservations count against every other check),
+//! releases them if one denies, and commits them if all admit; a reservation never touches
+//! the admitted count until it is committed, so a denied request leaves no trace.
+//!
+//! ```
+//! use slidegate::{check_all, KeyedLimiter, Limit, Quota, SlidingWindow};
+//! use std::time::Duration;
+//!
+//! let per_user = KeyedLimiter::new(Quota::new(10, Duration::from_secs(1))?);
+//! let hourly = SlidingWindow::new(Quota::new(1000, Duration::from_secs(3600))?);
+//! let user = per_user.key(&"alice");
+//! let d = check_all(&[(&user as &dyn Limit, 1), (&hourly, 1)])?;
+//! assert!(d.is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Time
 //! Limiters read a [`clock::Clock`]. [`clock::QuantaClock`] (the default) reads the CPU's
 //! time-stamp counter; [`clock::ManualClock`] moves only when told to, for deterministic tests.
@@ -88,9 +107,11 @@
 //! stops, one window and one bucket later the limiter is indistinguishable from a fresh one.
 //! No lock is taken on the check path and a stalled thread blocks no other: the one piece of
 //! shared work (establishing a new bucket's snapshot) is finished by whichever thread needs
-//! it. Contention can deny spuriously in one way only: a request whose clock read is a bucket
+//! it. Contention can deny spuriously in two ways only: a request whose clock read is a bucket
 //! older than a concurrent one's is counted in the newer bucket, so it stays in the window up
-//! to one granularity longer than a sequential run would keep it.
+//! to one granularity longer than a sequential run would keep it; and a [`check_all`] holds
+//! its reservations while it checks its other limits, so a check overlapping it may be denied
+//! for room that is then given back (only while the two calls overlap).
 //!
 //! [loom]: https://docs.rs/loom
 
@@ -102,13 +123,15 @@ pub mod clock;
 mod decision;
 mod direct;
 mod keyed;
+mod multi;
 mod quota;
 mod sync;
 mod window;
 
 pub use decision::{CostError, Decision};
 pub use direct::SlidingWindow;
-pub use keyed::{DefaultHashBuilder, KeyedLimiter, KeyedLimiterBuilder};
+pub use keyed::{DefaultHashBuilder, KeyLimit, KeyedLimiter, KeyedLimiterBuilder};
+pub use multi::{Limit, MultiDecision, check_all};
 pub use quota::{ConfigError, MAX_BUCKETS, MAX_LIMIT, Mode, Quota};
 
 /// The README's examples, compiled and run as doc tests.

@@ -8,6 +8,7 @@
 
 pub(crate) mod store;
 
+use core::cell::OnceCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use std::collections::HashMap;
@@ -15,9 +16,11 @@ use std::collections::HashMap;
 use crate::algo::sliding_counter::Rule;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
+use crate::multi::{self, Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{self, Backoff, Mutex, Ordering};
+use crate::window::ring::{Reading, Ring};
 
 use store::{Entry, Shape, Store};
 
@@ -387,7 +390,26 @@ where
         &self.clock
     }
 
-    /// The total cost ever admitted to `key`'s current entry (0 if it holds none). For tests.
+    /// `key` of this limiter as one [`Limit`] of a [`check_all`](crate::check_all).
+    ///
+    /// ```
+    /// use slidegate::{check_all, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let per_user = KeyedLimiter::new(Quota::new(1, Duration::from_secs(1))?);
+    /// let per_tenant = KeyedLimiter::new(Quota::new(10, Duration::from_secs(1))?);
+    /// let (user, tenant) = (per_user.key(&"alice"), per_tenant.key(&42u32));
+    /// assert!(check_all(&[(&user, 1), (&tenant, 1)])?.is_allowed());
+    /// assert!(!check_all(&[(&user, 1), (&tenant, 1)])?.is_allowed());
+    /// assert_eq!(per_tenant.peek(&42).remaining(), 9); // the denial charged no one
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key<'a>(&'a self, key: &'a K) -> KeyLimit<'a, K, C, S> {
+        KeyLimit { limiter: self, key }
+    }
+
+    /// The total cost ever admitted to `key`'s current entry, wrapping at 2³² (0 if it holds
+    /// none). For tests.
     #[doc(hidden)]
     pub fn admitted_total(&self, key: &K) -> u64 {
         let guard = epoch::pin();
@@ -407,6 +429,21 @@ where
     #[inline]
     fn acquire(&self, key: &K, n: u64) -> Result<Decision, CostError> {
         let guard = &epoch::pin();
+        self.take(key, n, guard, Ring::try_charge)
+            .map(|(decision, _)| decision)
+    }
+
+    /// Judges `n` on `key`'s live entry and, if allowed, takes it with `take` (a charge or a
+    /// reservation: a CAS from the reading that fails if the ring changed or was retired).
+    /// Returns the decision and, when taken, the entry's ring, alive while `guard` is.
+    #[inline]
+    fn take<'g>(
+        &self,
+        key: &K,
+        n: u64,
+        guard: &'g Guard,
+        take: impl Fn(&Ring, &Reading<'_>, u64) -> bool,
+    ) -> Result<(Decision, Option<&'g Ring>), CostError> {
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
         let mut rule = self.rule_for(key, guard);
@@ -432,8 +469,11 @@ where
             });
             match read {
                 Some((decision, reading)) => {
-                    if !decision.is_allowed() || entry.ring.try_charge(&reading, n) {
-                        return Ok(decision);
+                    if !decision.is_allowed() {
+                        return Ok((decision, None));
+                    }
+                    if take(&entry.ring, &reading, n) {
+                        return Ok((decision, Some(&entry.ring)));
                     }
                     // Lost the CAS to a concurrent admission, or the entry was retired: judge
                     // again (a retired ring then reads as `None`).
@@ -446,6 +486,25 @@ where
         }
     }
 
+    /// Judges `n` on `key` without writing anything: what a check of cost `n` would decide.
+    fn judge_only(&self, key: &K, n: u64, guard: &Guard) -> Result<Decision, CostError> {
+        let rule = self.rule_for(key, guard);
+        validate(n, &rule)?;
+        let hash = self.store.hash(key);
+        let now = || self.clock.now().0;
+        if let Some(entry) = self
+            .store
+            .get(key, hash, guard)
+            .filter(|e| e.fits(shape_of(&rule)))
+        {
+            if let Some(judged) = multi::judge_on(&entry.ring, &rule, now, n, false) {
+                return Ok(judged.decision);
+            }
+        }
+        // Absent, retired or of another shape: a fresh window (as in `peek`).
+        Ok(rule.judge(now() % rule.granularity, n, false, |_| 0))
+    }
+
     /// The writer path: `key`'s live entry, inserted if need be, of the shape of the key's
     /// quota as published when the store's lock is taken.
     #[cold]
@@ -453,6 +512,78 @@ where
         let shape = || shape_of(&self.rule_for(key, guard));
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
+    }
+}
+
+/// One key of a [`KeyedLimiter`], as a [`Limit`] of a [`check_all`](crate::check_all); made
+/// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely.
+///
+/// ```
+/// use slidegate::{check_all, KeyedLimiter, Limit, Quota};
+/// use std::time::Duration;
+///
+/// let by_ip = KeyedLimiter::new(Quota::new(100, Duration::from_secs(1))?);
+/// let by_token = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
+/// let token = String::from("t-123");
+/// let (ip, tok) = (by_ip.key(&[10u8, 0, 0, 1]), by_token.key(&token));
+/// let limits: [(&dyn Limit, u64); 2] = [(&ip, 1), (&tok, 5)];
+/// assert!(check_all(&limits)?.is_allowed());
+/// assert_eq!(check_all(&limits)?.denied_by(), Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct KeyLimit<'a, K, C = QuantaClock, S = DefaultHashBuilder>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    limiter: &'a KeyedLimiter<K, C, S>,
+    key: &'a K,
+}
+
+impl<K, C, S> sealed::Reserve for KeyLimit<'_, K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn judge_cost<'g>(
+        &'g self,
+        n: u64,
+        reserve: bool,
+        pin: &'g OnceCell<Guard>,
+    ) -> Result<sealed::Judged<'g>, CostError> {
+        let guard = pin.get_or_init(epoch::pin);
+        if !reserve {
+            let decision = self.limiter.judge_only(self.key, n, guard)?;
+            return Ok(sealed::Judged {
+                decision,
+                reserved: None,
+            });
+        }
+        // The entry stays alive while `guard` is pinned, so until the caller commits or
+        // releases the reservation.
+        let (decision, reserved) = self.limiter.take(self.key, n, guard, Ring::try_reserve)?;
+        Ok(sealed::Judged { decision, reserved })
+    }
+}
+
+impl<K, C, S> Limit for KeyLimit<'_, K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+}
+
+impl<K, C, S> fmt::Debug for KeyLimit<'_, K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyLimit")
+            .field("key", self.key)
+            .finish_non_exhaustive()
     }
 }
 

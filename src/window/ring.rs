@@ -1,8 +1,10 @@
 //! The lock-free bucket ring: a cumulative counter and a ring of epoch-tagged snapshots.
 //!
 //! # State
-//! - `cum`: the total cost ever admitted (wrapping). Admission is one compare-and-swap on it;
-//!   nothing is ever subtracted, so nothing can drift, and a denial writes nothing.
+//! - `cum`: one word packing three fields (see "The `cum` word" below); its low 32 bits,
+//!   the *count*, are the total cost ever admitted (mod 2³²). Admission is one
+//!   compare-and-swap on it; nothing is ever subtracted from the count, so nothing can
+//!   drift, and a denial writes nothing.
 //! - `slots`: `R = N + 1` words, each packing a 32-bit *tag* (the bucket index `k`, mod 2³²)
 //!   and a 32-bit *snapshot* (`cum` when bucket `k` started, mod 2³²). Bucket `k` lives in
 //!   slot `k mod R`. A slot whose tag is not `k` is stale and is overwritten in place by CAS:
@@ -46,15 +48,15 @@
 //! to a ring nobody reads again. So a ring is first *retired*: the top bit of `cum`
 //! (`RETIRED`) is set by a compare-and-swap, after which every charge fails (its CAS expects a
 //! `cum` without the bit) and every [`Ring::read`] returns `None`, telling the caller to look
-//! the key up again. Counts live in the low 63 bits and wrap at 2⁶³, a multiple of 2³², so the
-//! 32-bit snapshots are unaffected.
+//! the key up again.
 //!
 //! - **Idle retirement** ([`Ring::retire_idle`]): load `cum`, then `front`; if the bucket of
 //!   `now` is more than `N` past `front`, CAS `cum` to `cum | RETIRED`. Every admission counted
 //!   in the `cum` loaded was judged at a bucket no newer than the `front` loaded after it (its
 //!   `front` load precedes its Release CAS, which precedes our Acquire load of `cum`), so all
 //!   of them lie before the window of `now` — and of any later time. The CAS succeeding proves
-//!   no admission came in between (counts only grow, so `cum` cannot return to a value). The
+//!   no admission came in between (the count only grows, so `cum` cannot return to a value
+//!   but through a reservation that was released, which admitted nothing). The
 //!   retired ring therefore answers every check at `now` or later exactly as a fresh ring
 //!   would, and a check that raced it either landed before (and was counted in the idle test)
 //!   or fails its CAS and re-judges on the fresh ring: no admission lost, no decision changed.
@@ -64,6 +66,49 @@
 //! - **Forced retirement** ([`Ring::retire_now`], for a store at its key bound or a key whose
 //!   quota changed shape): set the bit unconditionally. Admissions before it are forgotten, on
 //!   purpose and counted by the store; none after it is charged to the dead ring.
+//!
+//! # The `cum` word and reservations (for checks across several limits)
+//! `cum` packs bit 63 `RETIRED`, bits 32..63 *pending* (31 bits) and bits 0..32 the *count*
+//! of admitted cost (mod 2³², which the 32-bit snapshots already assume). A check across
+//! several limits (`crate::multi`) must charge all or none. Charging each and subtracting on
+//! failure is wrong here: a fill may snapshot `cum` between the add and the subtract, and
+//! that snapshot then counts a phantom in one bucket and a negative in the next, so a later
+//! window that starts at the second bucket undercounts (over-admits). So a multi-check
+//! *reserves* instead:
+//! - **Judging counts pending as admitted in the bucket judged**: every tail sum is
+//!   `count − snapshot + pending` ([`Reading::tail`]). A plain check therefore never admits
+//!   into room a reservation holds.
+//! - **Reserve** ([`Ring::try_reserve`]): CAS `pending += n` from the value judged, exactly
+//!   like an admission; it fails, and the caller re-reads, if anything changed.
+//! - **Release** ([`Ring::release`]): `pending −= n`. It never touches the count, so no
+//!   snapshot, which holds only count bits, ever saw it: a released reservation leaves no
+//!   trace once it returns.
+//! - **Commit** ([`Ring::commit`]): one CAS `count += n, pending −= n`, not re-judged. It
+//!   lands after every snapshot established before it, so at a bucket no older than the one
+//!   the reservation was judged at: like a check whose clock read is a bucket old, it can
+//!   only err toward denial.
+//!
+//! Strict stays safe: among the units counted in buckets `a ..= a + N`, take the one whose
+//! judgement (a charge's or a reservation's CAS) came last, at bucket `j ≤ a + N`. Every
+//! other unit in those buckets was judged before it, so at that CAS it was either counted
+//! (in a bucket `≥ a ≥ j − N`, so inside the judged window) or pending (added to every tail
+//! sum): the last judgement saw them all, so the buckets hold at most `L`. Pending never
+//! exceeds `L ≤ MAX_LIMIT < 2³¹` (a reservation is judged with pending included), so it
+//! fits its 31 bits, and a count that wraps at 2³² never carries into it.
+//!
+//! Retirement and reservations: [`Ring::retire_idle`] requires `pending == 0` in the `cum`
+//! it swaps, so an idle retirement never races a reservation (a reservation made after the
+//! load fails the retirement's CAS; one made after the retirement fails its own CAS). `cum`
+//! is no longer monotone (a reserve and a release restore it), but a reservation released
+//! between the retirement's load and CAS admitted nothing, so its CAS succeeding is still
+//! correct. (No decision depends on the `pending == 0` rule: a reservation establishes its
+//! bucket, so its ring looks idle only a whole window later, when its commit would land in
+//! a bucket outside every current window; the rule keeps `admitted` exact.) A forced retirement ([`Ring::retire_now`]) may hit a reservation not yet
+//! committed: the commit then finds `RETIRED` and returns `false`, and the caller counts the
+//! reservation as admitted before the retirement and forgotten with everything else that
+//! retirement forgets (it was judged, and held room, before the retirement's `fetch_or`).
+//! The multi-check cannot redo it instead: other limits may be committed already, and the
+//! count is never subtracted from. A release on a retired ring does nothing.
 //!
 //! The loom models in `loom-tests/` check these claims on every interleaving of small cases.
 
@@ -97,8 +142,26 @@ fn later(a: u32, b: u32) -> u32 {
 /// The bit of `cum` that marks a retired ring (see the module documentation).
 const RETIRED: u64 = 1 << 63;
 
-/// The bits of `cum` that count admitted cost.
-const COUNT: u64 = RETIRED - 1;
+/// The bits of `cum` that count admitted cost (mod 2³²).
+const COUNT: u64 = u32::MAX as u64;
+
+/// The shift of the pending field of `cum` (bits 32..63).
+const PENDING_SHIFT: u32 = 32;
+
+/// The bits of `cum` above the count: pending and `RETIRED`.
+const HIGH: u64 = !COUNT;
+
+/// `cum` with `cost` added to its count, wrapping within the count's 32 bits.
+#[inline]
+fn add_count(cum: u64, cost: u64) -> u64 {
+    (cum & HIGH) | (cum.wrapping_add(cost) & COUNT)
+}
+
+/// The pending field of a `cum` that is not retired.
+#[inline]
+fn pending_of(cum: u64) -> u64 {
+    cum >> PENDING_SHIFT
+}
 
 /// A window's state: see the module documentation.
 pub(crate) struct Ring {
@@ -158,13 +221,18 @@ pub(crate) struct Reading<'a> {
 }
 
 impl Reading<'_> {
-    /// The cost admitted in buckets `b − N + j ..= b`.
+    /// The cost admitted in buckets `b − N + j ..= b`, counting pending reservations as
+    /// admitted in bucket `b` (see "The `cum` word").
     #[inline]
     pub(crate) fn tail(&self, j: u64) -> u64 {
         let k = self.bucket - self.ring.buckets + j;
         if k > self.front {
-            // Nothing is admitted in a bucket newer than `front`.
-            return 0;
+            // Nothing is counted in a bucket newer than `front`; only pending cost is in `b`.
+            return if k > self.bucket {
+                0
+            } else {
+                pending_of(self.cum)
+            };
         }
         let slot = if k == self.front - self.ring.buckets {
             self.oldest
@@ -176,7 +244,8 @@ impl Reading<'_> {
             self.torn.set(true);
             return 0;
         }
-        u64::from((self.cum as u32).wrapping_sub(snapshot_of(slot)))
+        // `cum` of a reading is never retired, so its high bits are the pending field.
+        u64::from((self.cum as u32).wrapping_sub(snapshot_of(slot))) + pending_of(self.cum)
     }
 }
 
@@ -288,9 +357,8 @@ impl Ring {
     /// (the caller re-reads) if anything was admitted since, or if the ring was retired.
     #[inline]
     pub(crate) fn try_charge(&self, reading: &Reading<'_>, cost: u64) -> bool {
-        // `reading.cum < 2⁶³` (a retired ring gives no reading) and `cost ≤ MAX_LIMIT`, so the
-        // sum does not overflow; the mask wraps the count at 2⁶³, clear of `RETIRED`.
-        let next = (reading.cum + cost) & COUNT;
+        // The count wraps within its 32 bits, never carrying into pending.
+        let next = add_count(reading.cum, cost);
         // Release: publishes the admission after the snapshots its judgement used (see
         // `read`). Acquire on failure is not needed; the caller re-reads.
         self.cum
@@ -298,7 +366,59 @@ impl Ring {
             .is_ok()
     }
 
-    /// The total cost ever admitted (wrapping at 2⁶³).
+    /// Adds `cost` to pending if `cum` still holds the value of `reading`: a reservation
+    /// judged on that reading. Fails (the caller re-reads) like [`Ring::try_charge`].
+    #[inline]
+    pub(crate) fn try_reserve(&self, reading: &Reading<'_>, cost: u64) -> bool {
+        // Pending stays ≤ the limit judged with it (< 2³¹), so this does not reach `RETIRED`.
+        let next = reading.cum + (cost << PENDING_SHIFT);
+        // Release: as in `try_charge`, a reservation is judged on the snapshots it read.
+        self.cum
+            .compare_exchange_weak(reading.cum, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Turns a reservation of `cost` into an admission: `count += cost, pending −= cost` in
+    /// one CAS. `false` if the ring was retired (forcibly: an idle retirement needs no
+    /// pending), in which case nothing is written.
+    pub(crate) fn commit(&self, cost: u64) -> bool {
+        self.update_reserved(|cum| add_count(cum, cost) - (cost << PENDING_SHIFT))
+    }
+
+    /// Gives back a reservation of `cost`: `pending −= cost`; the count is untouched, so no
+    /// snapshot ever saw the reservation. Does nothing on a retired ring.
+    pub(crate) fn release(&self, cost: u64) {
+        self.update_reserved(|cum| cum - (cost << PENDING_SHIFT));
+    }
+
+    /// CAS loop applying `change` to a live `cum` holding a reservation; `false` if retired.
+    fn update_reserved(&self, change: impl Fn(u64) -> u64) -> bool {
+        let backoff = Backoff::new();
+        // Relaxed: the CAS below re-validates it.
+        let mut cum = self.cum.load(Ordering::Relaxed);
+        loop {
+            if cum & RETIRED != 0 {
+                return false;
+            }
+            debug_assert!(pending_of(cum) > 0, "no reservation to commit or release");
+            // AcqRel: Release publishes a commit like an admission (after the snapshots its
+            // reservation was judged on); Acquire orders it after what the CAS read.
+            match self.cum.compare_exchange_weak(
+                cum,
+                change(cum),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => {
+                    cum = seen;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// The total cost ever admitted (wrapping at 2³²).
     pub(crate) fn admitted(&self) -> u64 {
         // Acquire: pairs with the Release of admissions, for callers that read after joining.
         self.cum.load(Ordering::Acquire) & COUNT
@@ -331,7 +451,8 @@ impl Ring {
         // Acquire: pairs with the Release of every admission counted in `cum`, so the `front`
         // loaded next is at least the bucket each of them was judged at.
         let cum = self.cum.load(Ordering::Acquire);
-        if cum & RETIRED != 0 {
+        if cum & HIGH != 0 {
+            // Retired already, or a reservation is pending (it may yet be committed).
             return false;
         }
         // Acquire: orders this load after the one of `cum` (see above).
@@ -537,12 +658,74 @@ mod tests {
     }
 
     #[test]
-    fn counts_wrap_below_the_retired_bit() {
+    fn counts_wrap_below_the_pending_field() {
         let ring = Ring::new(1);
         ring.cum.store(COUNT, Ordering::Relaxed);
         assert!(charge(&ring, 0));
         assert_eq!(ring.admitted(), 0);
         assert!(!ring.is_retired());
+        assert_eq!(pending_of(ring.cum.load(Ordering::Relaxed)), 0);
+        // A commit across the wrap leaves pending exact too.
+        ring.cum.store(COUNT, Ordering::Relaxed);
+        let read = ring.read(10, || 0, true, |_| ());
+        assert!(read.is_some_and(|((), r)| ring.try_reserve(&r, 2)));
+        assert!(ring.commit(2));
+        assert_eq!(ring.cum.load(Ordering::Relaxed), 1);
+    }
+
+    /// Reserves `cost` at `t` (ns, granularity 10) if the ring's tail sum allows `limit`.
+    fn reserve(ring: &Ring, t: u64, cost: u64, limit: u64) -> bool {
+        let read = ring.read(10, || t, true, |r| r.tail(0) + cost <= limit);
+        read.is_some_and(|(ok, reading)| ok && ring.try_reserve(&reading, cost))
+    }
+
+    #[test]
+    fn pending_counts_in_every_tail_and_release_leaves_no_trace() {
+        // N = 2 buckets of 10 ns.
+        let ring = Ring::new(2);
+        assert!(charge(&ring, 0));
+        assert!(reserve(&ring, 0, 2, 3));
+        assert!(
+            !reserve(&ring, 0, 1, 3),
+            "the reservation's room was taken again"
+        );
+        // A fill while reserved snapshots the count only.
+        let tails = ring.read(
+            10,
+            || 15,
+            true,
+            |r| [r.tail(0), r.tail(1), r.tail(2), r.tail(3)],
+        );
+        assert_eq!(tails.map(|(t, _)| t), Some([3, 3, 2, 0]));
+        ring.release(2);
+        assert_eq!(ring.admitted(), 1);
+        let tails = ring.read(10, || 15, true, |r| [r.tail(0), r.tail(1), r.tail(2)]);
+        assert_eq!(tails.map(|(t, _)| t), Some([1, 1, 0]));
+        // A peek beyond `front` still sees pending in the bucket judged.
+        assert!(reserve(&ring, 15, 1, 3));
+        let tails = ring.read(10, || 45, false, |r| [r.tail(0), r.tail(2), r.tail(3)]);
+        assert_eq!(tails.map(|(t, _)| t), Some([1, 1, 0]));
+        assert!(ring.commit(1));
+        assert_eq!(ring.admitted(), 2);
+        assert_eq!(pending_of(ring.cum.load(Ordering::Relaxed)), 0);
+    }
+
+    #[test]
+    fn retirement_and_reservations() {
+        let ring = Ring::new(1);
+        assert!(reserve(&ring, 0, 1, 1));
+        // Idle in time, but a reservation may yet be committed: not retired.
+        assert!(!ring.retire_idle(10, 100));
+        ring.release(1);
+        assert!(ring.retire_idle(10, 100));
+        // A forced retirement makes a pending commit fail, writing nothing.
+        let ring = Ring::new(1);
+        assert!(reserve(&ring, 0, 1, 1));
+        assert!(ring.retire_now());
+        assert!(!ring.commit(1));
+        ring.release(1);
+        assert_eq!(ring.admitted(), 0);
+        assert!(ring.is_retired());
     }
 
     #[test]

@@ -1,0 +1,254 @@
+//! `check_all`: one request against several limits, all charged or none.
+//!
+//! Unit tests of the public surface, and a property test: on any sequence of clock steps,
+//! multi-checks and single checks over direct and keyed limiters with random quotas, every
+//! decision equals the sequential specification "all limits admit ⇒ all charged, else none"
+//! built from the reference model.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Model;
+use proptest::prelude::*;
+use slidegate::clock::ManualClock;
+use slidegate::{CostError, KeyedLimiter, Limit, Mode, Quota, SlidingWindow, check_all};
+
+fn quota(limit: u64, buckets: u64, g: u64) -> Quota {
+    Quota::new(limit, Duration::from_nanos(g * buckets))
+        .and_then(|q| q.with_granularity(Duration::from_nanos(g)))
+        .expect("valid quota")
+}
+
+#[test]
+fn all_admit_charges_every_limit() {
+    let clock = ManualClock::new();
+    let a = SlidingWindow::with_clock(quota(3, 2, 10), clock.clone());
+    let users = KeyedLimiter::with_clock(quota(5, 1, 10), clock.clone());
+    let alice = users.key(&"alice");
+    let d = check_all(&[(&a, 2), (&alice, 3)]).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.denied_by(), None);
+    assert_eq!(d.retry_after(), None);
+    assert_eq!(d.remaining(), 1);
+    assert_eq!(a.admitted_total(), 2);
+    assert_eq!(users.admitted_total(&"alice"), 3);
+}
+
+#[test]
+fn a_denial_charges_no_limit() {
+    let clock = ManualClock::new();
+    let a = SlidingWindow::with_clock(quota(10, 1, 10), clock.clone());
+    let b = SlidingWindow::with_clock(quota(2, 1, 10), clock.clone());
+    let tenants = KeyedLimiter::with_clock(quota(10, 1, 10), clock.clone());
+    let t = tenants.key(&7u64);
+    assert!(b.check_n(2).unwrap().is_allowed());
+    let d = check_all(&[(&a, 1), (&t, 4), (&b, 1)]).unwrap();
+    assert!(!d.is_allowed());
+    assert_eq!(d.denied_by(), Some(2));
+    assert_eq!(a.admitted_total(), 0);
+    assert_eq!(tenants.admitted_total(&7), 0);
+    assert_eq!(a.peek().remaining(), 10);
+    assert_eq!(tenants.peek(&7).remaining(), 10);
+    // The reservations were released: the full limits are available again.
+    assert!(a.check_n(10).unwrap().is_allowed());
+    assert!(tenants.check_n(&7, 10).unwrap().is_allowed());
+}
+
+#[test]
+fn retry_after_is_the_longest_wait_and_remaining_the_least() {
+    let clock = ManualClock::new();
+    // N = 1 bucket of 10 ns: Strict counts an admission at t = 0 until t = 20.
+    let short = SlidingWindow::with_clock(quota(1, 1, 10), clock.clone());
+    // N = 3 buckets of 10 ns: until t = 40.
+    let long = SlidingWindow::with_clock(quota(1, 3, 10), clock.clone());
+    let roomy = SlidingWindow::with_clock(quota(9, 1, 10), clock.clone());
+    assert!(short.check().is_allowed());
+    assert!(long.check().is_allowed());
+    let d = check_all(&[(&roomy, 1), (&short, 1), (&long, 1)]).unwrap();
+    assert_eq!(d.denied_by(), Some(1));
+    assert_eq!(d.retry_after(), Some(Duration::from_nanos(40)));
+    assert_eq!(d.remaining(), 0);
+    clock.set(Duration::from_nanos(39));
+    assert!(!check_all(&[(&short, 1), (&long, 1)]).unwrap().is_allowed());
+    clock.set(Duration::from_nanos(40));
+    let d = check_all(&[(&roomy, 1), (&short, 1), (&long, 1)]).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(roomy.admitted_total(), 1);
+}
+
+#[test]
+fn cost_errors_charge_nothing() {
+    let clock = ManualClock::new();
+    let a = SlidingWindow::with_clock(quota(5, 1, 10), clock.clone());
+    let b = SlidingWindow::with_clock(quota(2, 1, 10), clock.clone());
+    assert_eq!(
+        check_all(&[(&a, 1), (&b, 3)]),
+        Err(CostError::ExceedsLimit { cost: 3, limit: 2 })
+    );
+    assert_eq!(check_all(&[(&a, 1), (&b, 0)]), Err(CostError::Zero));
+    // A cost error after a denial is still an error: it never depends on timing.
+    assert!(b.check_n(2).unwrap().is_allowed());
+    assert_eq!(
+        check_all(&[(&b, 1), (&a, 6)]).map(|_| ()),
+        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
+    );
+    assert_eq!(a.admitted_total(), 0);
+    assert_eq!(a.peek().remaining(), 5);
+}
+
+#[test]
+fn one_limit_listed_twice_is_charged_the_sum() {
+    let a = SlidingWindow::with_clock(quota(3, 1, 10), ManualClock::new());
+    assert!(!check_all(&[(&a, 2), (&a, 2)]).unwrap().is_allowed());
+    assert_eq!(a.admitted_total(), 0);
+    assert!(check_all(&[(&a, 2), (&a, 1)]).unwrap().is_allowed());
+    assert_eq!(a.admitted_total(), 3);
+}
+
+#[test]
+fn no_limits_is_allowed() {
+    let d = check_all(&[]).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), u64::MAX);
+}
+
+#[test]
+fn keyed_limiters_of_different_key_types_mix() {
+    let clock = ManualClock::new();
+    let by_name = KeyedLimiter::with_clock(quota(2, 1, 10), clock.clone());
+    let by_id = KeyedLimiter::with_clock(quota(3, 1, 10), clock.clone());
+    let name = String::from("alice");
+    for expect in [true, true, false] {
+        let (n, i) = (by_name.key(&name), by_id.key(&42u32));
+        let limits: [(&dyn Limit, u64); 2] = [(&n, 1), (&i, 1)];
+        assert_eq!(check_all(&limits).unwrap().is_allowed(), expect);
+    }
+    assert_eq!(by_id.admitted_total(&42), 2);
+    // A key's first multi-check inserts it; an evicted key is re-inserted.
+    clock.set(Duration::from_nanos(100));
+    assert_eq!(by_name.retain_recent(), 1);
+    let n = by_name.key(&name);
+    assert!(check_all(&[(&n, 2)]).unwrap().is_allowed());
+    assert_eq!(by_name.admitted_total(&name), 2);
+}
+
+#[test]
+fn peek_is_unchanged_by_a_released_reservation() {
+    let clock = ManualClock::new();
+    let a = SlidingWindow::with_clock(quota(4, 2, 10), clock.clone());
+    let full = SlidingWindow::with_clock(quota(1, 2, 10), clock.clone());
+    assert!(full.check().is_allowed());
+    let before = a.peek();
+    for t in [0, 15, 25] {
+        clock.set(Duration::from_nanos(t));
+        assert!(!check_all(&[(&a, 3), (&full, 1)]).unwrap().is_allowed());
+    }
+    clock.set(Duration::from_nanos(0));
+    assert_eq!(a.peek(), before);
+    // Buckets filled while reserved hold nothing: the whole limit is there in any window.
+    clock.set(Duration::from_nanos(45));
+    assert_eq!(a.peek().remaining(), 4);
+    assert!(a.check_n(4).unwrap().is_allowed());
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Costs per limit (0 = not listed), in the order of the limits.
+    Multi(Vec<u64>),
+    /// A plain check of one limit.
+    Single(usize, u64),
+}
+
+fn any_quota() -> impl Strategy<Value = Quota> {
+    (
+        1u64..=8,
+        prop::sample::select(vec![1u64, 2, 3, 5]),
+        1u64..=20,
+        any::<bool>(),
+    )
+        .prop_map(|(limit, buckets, g, weighted)| {
+            quota(limit, buckets, g).with_mode(if weighted {
+                Mode::Weighted
+            } else {
+                Mode::Strict
+            })
+        })
+}
+
+/// Four limits: two direct ones, and two keys of one keyed limiter (whose quota is the third).
+fn case() -> impl Strategy<Value = ([Quota; 3], Vec<(u64, Op)>)> {
+    [any_quota(), any_quota(), any_quota()].prop_flat_map(|qs| {
+        let limits = [qs[0].limit(), qs[1].limit(), qs[2].limit(), qs[2].limit()];
+        let cost = move |i: usize| 0..=limits[i];
+        let multi = (cost(0), cost(1), cost(2), cost(3))
+            .prop_map(|(a, b, c, d)| Op::Multi(vec![a, b, c, d]));
+        let single = (0usize..4)
+            .prop_flat_map(move |i| (Just(i), 1..=limits[i]))
+            .prop_map(|(i, n)| Op::Single(i, n));
+        let op = prop_oneof![4 => multi, 1 => single];
+        (Just(qs), prop::collection::vec((0u64..=30, op), 1..80))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn multi_checks_equal_all_or_nothing_on_the_model((qs, ops) in case()) {
+        let clock = ManualClock::new();
+        let a = SlidingWindow::with_clock(qs[0], clock.clone());
+        let b = SlidingWindow::with_clock(qs[1], clock.clone());
+        let keyed = KeyedLimiter::with_clock(qs[2], clock.clone());
+        let (k1, k2) = (keyed.key(&1u8), keyed.key(&2u8));
+        let limits: [&dyn Limit; 4] = [&a, &b, &k1, &k2];
+        let mut models = [Model::new(qs[0]), Model::new(qs[1]), Model::new(qs[2]), Model::new(qs[2])];
+        let mut charged = [0u64; 4];
+        let mut t = 0u64;
+        for (step, op) in ops {
+            t += step;
+            clock.set(Duration::from_nanos(t));
+            match op {
+                Op::Multi(costs) => {
+                    let listed: Vec<(usize, u64)> = costs.iter().copied().enumerate().filter(|&(_, n)| n > 0).collect();
+                    let request: Vec<(&dyn Limit, u64)> = listed.iter().map(|&(i, n)| (limits[i], n)).collect();
+                    let d = check_all(&request).unwrap();
+                    let deny = listed.iter().position(|&(i, n)| !models[i].admits(t, n));
+                    prop_assert_eq!(d.denied_by(), deny, "multi {:?} at t={}", listed, t);
+                    if deny.is_none() {
+                        for &(i, n) in &listed {
+                            prop_assert!(models[i].check(t, n).0);
+                            charged[i] += n;
+                        }
+                        let least = listed.iter().map(|&(i, _)| models[i].remaining(t)).min().unwrap_or(u64::MAX);
+                        prop_assert_eq!(d.remaining(), least);
+                        prop_assert_eq!(d.retry_after(), None);
+                    } else {
+                        // Waiting `retry_after` lets every limit admit; 1 ns less does not.
+                        let retry = d.retry_after().expect("denied").as_nanos() as u64;
+                        prop_assert!(retry >= 1);
+                        let all = |at: u64| listed.iter().all(|&(i, n)| models[i].admits(at, n));
+                        prop_assert!(all(t + retry), "retry_after={} at t={}", retry, t);
+                        prop_assert!(!all(t + retry - 1), "retry_after={} not the earliest at t={}", retry, t);
+                    }
+                }
+                Op::Single(i, n) => {
+                    let d = match i {
+                        0 => a.check_n(n).unwrap(),
+                        1 => b.check_n(n).unwrap(),
+                        k => keyed.check_n(&(k as u8 - 1), n).unwrap(),
+                    };
+                    let (allowed, remaining) = models[i].check(t, n);
+                    prop_assert_eq!(d.is_allowed(), allowed);
+                    prop_assert_eq!(d.remaining(), remaining);
+                    if allowed {
+                        charged[i] += n;
+                    }
+                }
+            }
+        }
+        // Nothing lost, nothing phantom (keyed entries may have been evicted while idle).
+        prop_assert_eq!(a.admitted_total(), charged[0]);
+        prop_assert_eq!(b.admitted_total(), charged[1]);
+    }
+}
