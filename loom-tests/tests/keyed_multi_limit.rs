@@ -24,20 +24,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::{FixedHasher, model};
 use slidegate::clock::ManualClock;
 use slidegate::{KeyedLimiter, Limit, Quota, SlidingWindow, check_all};
-
-/// A hasher with fixed keys: loom replays every execution, so hashing must not be random.
-type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
-
-/// The preemption bound, in code so a run does not depend on the environment.
-const PREEMPTION_BOUND: usize = 3;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(PREEMPTION_BOUND);
-    builder.check(f);
-}
 
 /// L = 2, N = 2 buckets of 10 ns: an admission at t = 0 leaves the window at t = 30.
 fn quota() -> Quota {

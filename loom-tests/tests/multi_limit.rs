@@ -25,19 +25,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::model;
 use slidegate::clock::ManualClock;
 use slidegate::{Quota, SlidingWindow, check_all};
-
-/// The preemption bound, in code so a run does not depend on the environment. Three lets
-/// a multi-check be preempted between its reservations, the clock move and the other
-/// thread's fill, and again before its release (the interleaving the broken variant needs).
-const PREEMPTION_BOUND: usize = 3;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(PREEMPTION_BOUND);
-    builder.check(f);
-}
 
 /// L = 1, N = 1 bucket of 10 ns: Strict counts an admission at bucket `b` until `b + 2`.
 fn limiter(clock: &ManualClock) -> Arc<SlidingWindow<ManualClock>> {
