@@ -31,9 +31,8 @@ use core::time::Duration;
 
 use crate::algo::sliding_counter::Rule;
 use crate::decision::{CostError, Decision};
-use crate::sync::Backoff;
 use crate::sync::epoch::Guard;
-use crate::window::ring::Ring;
+use crate::window::ring::{Effect, Ring};
 
 pub(crate) mod sealed {
     use core::cell::OnceCell;
@@ -239,23 +238,14 @@ pub(crate) fn judge_on<'r>(
     n: u64,
     reserve: bool,
 ) -> Option<Judged<'r>> {
-    let judge =
-        |r: &crate::window::ring::Reading<'_>| rule.judge(r.offset, n, false, |j| r.tail(j));
-    let backoff = Backoff::new();
-    loop {
-        let (decision, reading) = ring.read(rule.granularity, &now, reserve, judge)?;
-        if !reserve || !decision.is_allowed() {
-            return Some(Judged {
-                decision,
-                reserved: None,
-            });
-        }
-        if ring.try_reserve(&reading, n) {
-            return Some(Judged {
-                decision,
-                reserved: Some(ring),
-            });
-        }
-        backoff.spin();
-    }
+    let effect = if reserve {
+        Effect::Reserve(n)
+    } else {
+        Effect::None
+    };
+    let decision = ring.decide(rule.granularity, now, effect, |r| {
+        rule.judge(r.offset, n, false, |j| r.tail(j))
+    })?;
+    let reserved = (reserve && decision.is_allowed()).then_some(ring);
+    Some(Judged { decision, reserved })
 }

@@ -9,7 +9,7 @@
 //! - Weighted admits iff `tail(1) + C·(G − r)/G + n ≤ L` with `C = tail(0) − tail(1)`, the
 //!   oldest bucket's count, compared exactly in integers: `C·(G − r) ≤ (L − tail(1) − n)·G`.
 
-use crate::decision::Decision;
+use crate::decision::{CostError, Decision};
 use crate::quota::{Mode, Quota};
 
 /// A quota with the numbers the hot path needs precomputed.
@@ -30,6 +30,20 @@ impl Rule {
             buckets: quota.buckets(),
             granularity: quota.granularity_nanos(),
             limit: quota.limit(),
+        }
+    }
+
+    /// A cost the rule can ever admit, or why not: zero, or above the limit (no wait would
+    /// admit it).
+    #[inline]
+    pub(crate) fn validate(&self, n: u64) -> Result<(), CostError> {
+        match n {
+            0 => Err(CostError::Zero),
+            n if n > self.limit => Err(CostError::ExceedsLimit {
+                cost: n,
+                limit: self.limit,
+            }),
+            _ => Ok(()),
         }
     }
 

@@ -114,6 +114,7 @@
 
 use core::cell::Cell;
 
+use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 /// Packs a bucket's tag and snapshot into one slot word.
@@ -161,6 +162,23 @@ fn add_count(cum: u64, cost: u64) -> u64 {
 #[inline]
 fn pending_of(cum: u64) -> u64 {
     cum >> PENDING_SHIFT
+}
+
+/// What [`Ring::decide`] does with an allowed cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Nothing: a peek, or judging a cost without taking it. Writes nothing at all.
+    None,
+    /// Reserves the cost as pending, for `check_all` to commit or release.
+    Reserve(u64),
+}
+
+impl Effect {
+    /// Whether the ring must first be moved to the bucket of now (anything that writes).
+    #[inline]
+    fn writes(self) -> bool {
+        self != Effect::None
+    }
 }
 
 /// A window's state: see the module documentation.
@@ -319,6 +337,35 @@ impl Ring {
             // retry (and, being behind now, read the clock again).
             self.help(front);
             (t, reread) = (None, false);
+        }
+    }
+
+    /// One decision on this ring: reads it at `now()`, asks `judge`, and applies `effect` to
+    /// an allowed cost, re-judging whenever a reservation loses its CAS. Peeks and
+    /// `check_all` use it; the two check paths (`SlidingWindow::acquire`, `KeyedLimiter::take`)
+    /// write the same loop out with `try_charge`, because through this function they stop
+    /// being inlined (measured there). `None` if the ring is retired.
+    #[inline]
+    pub(crate) fn decide(
+        &self,
+        granularity: u64,
+        now: impl Fn() -> u64,
+        effect: Effect,
+        judge: impl Fn(&Reading<'_>) -> Decision,
+    ) -> Option<Decision> {
+        let backoff = Backoff::new();
+        loop {
+            let (decision, reading) = self.read(granularity, &now, effect.writes(), &judge)?;
+            let taken = match effect {
+                _ if !decision.is_allowed() => true,
+                Effect::None => true,
+                Effect::Reserve(n) => self.try_reserve(&reading, n),
+            };
+            if taken {
+                return Some(decision);
+            }
+            // Lost the CAS to a concurrent admission (or a retirement): judge again.
+            backoff.spin();
         }
     }
 
