@@ -1,0 +1,432 @@
+//! `slidegate`: the command-line tool.
+//!
+//! `slidegate simulate` (also what a bare `slidegate` runs) replays a trace — a CSV file or a
+//! built-in generator — through every algorithm slidegate has, each on its own keyed limiter
+//! on a simulated clock, and compares each with the exact sliding log: a table of admitted,
+//! wrongly allowed and wrongly denied requests, the worst window, memory per key and
+//! decisions per second, and an SVG chart of the admitted rate over time against the limit.
+//!
+//! ```sh
+//! cargo run --release -- simulate
+//! cargo run --release -- simulate --scenario boundary --limit 10 --window 1s
+//! cargo run --release -- simulate --trace requests.csv --limit 100 --window 60s
+//! ```
+
+mod chart;
+mod generate;
+mod report;
+mod run;
+mod trace;
+
+use std::fs::File;
+use std::io::{BufReader, IsTerminal};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use slidegate::Quota;
+
+use crate::generate::{Params, Scenario};
+use crate::report::Row;
+use crate::trace::{Seconds, Trace};
+
+/// slidegate's command-line tool: see what each rate-limiting algorithm admits.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay traffic through every algorithm and compare each with the exact sliding log
+    /// (the default command).
+    Simulate(Simulate),
+}
+
+/// The options of `slidegate simulate`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+struct Simulate {
+    /// Replay this CSV trace (`timestamp,key[,cost]` per line, seconds with up to 9
+    /// decimals, sorted by time) instead of a built-in scenario.
+    #[arg(long, value_name = "FILE.csv")]
+    trace: Option<PathBuf>,
+
+    /// Skip malformed trace lines, counting and reporting them, instead of failing.
+    #[arg(long, requires = "trace")]
+    skip_bad_lines: bool,
+
+    /// The built-in traffic to generate (without --trace).
+    #[arg(long, value_enum, default_value_t = Scenario::Mixed, conflicts_with = "trace")]
+    scenario: Scenario,
+
+    /// The quota's limit L: at most L units of cost in any window.
+    #[arg(long, default_value_t = 100)]
+    limit: u64,
+
+    /// The quota's window W (units: ns, us, ms, s, m, h; e.g. 60s, 1.5s, 250ms).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    window: Duration,
+
+    /// Bucket lengths for Strict and Weighted, comma-separated; each must divide the window
+    /// [default: W, W/10, W/60 where they are whole nanoseconds].
+    #[arg(long, value_delimiter = ',', value_parser = parse_duration)]
+    granularity: Vec<Duration>,
+
+    /// How long the generated traffic lasts.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, conflicts_with = "trace")]
+    duration: Duration,
+
+    /// How many keys the generated traffic uses (live at once, for churn).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    keys: u32,
+
+    /// Mean requests per second per key [default: 1.25 × L / W, a quarter over the quota].
+    #[arg(long, value_parser = parse_rate, conflicts_with = "trace")]
+    rate: Option<f64>,
+
+    /// Burst length for `bursts` [default: 0.3 × W].
+    #[arg(long, value_parser = parse_duration, conflicts_with = "trace")]
+    on: Option<Duration>,
+
+    /// Silence between bursts for `bursts` [default: 0.9 × W].
+    #[arg(long, value_parser = parse_duration, conflicts_with = "trace")]
+    off: Option<Duration>,
+
+    /// How long each key stays active for `churn` [default: 2 × W].
+    #[arg(long, value_parser = parse_duration, conflicts_with = "trace")]
+    lifetime: Option<Duration>,
+
+    /// Seed of the generator: the same seed gives the same traffic.
+    #[arg(long, default_value_t = 1, conflicts_with = "trace")]
+    seed: u64,
+
+    /// Where to write the SVG chart.
+    #[arg(long, value_name = "PATH", default_value = "slidegate-simulate.svg")]
+    chart: PathBuf,
+
+    /// The key the chart follows [default: the key with the most requests].
+    #[arg(long, value_name = "KEY")]
+    chart_key: Option<String>,
+}
+
+const AFTER_HELP: &str = "\
+Every algorithm runs on its own keyed limiter over the same trace, on a simulated clock set to
+each request's timestamp. The exact sliding log is the reference: a request is wrongly allowed
+when an algorithm admitted it and the exact log denied it, wrongly denied for the reverse, as a
+share of all requests. After a first disagreement an algorithm's state differs from the exact
+log's (each admits different traffic), and later requests are judged on its own state — the
+standard way, as in Cloudflare's comparison.
+
+Trace format: `timestamp,key[,cost]` per line; timestamp in seconds with up to 9 decimals, read
+exactly to the nanosecond; non-decreasing (an earlier timestamp is an error naming the line:
+sort the file first); cost 1..=limit, 1 when absent. An optional header line starting with
+`timestamp`, blank lines and lines starting with `#` are skipped.";
+
+/// A failure, with the exit code it maps to.
+struct Failure {
+    message: String,
+    /// 2: bad arguments (as clap's own usage errors); 1: anything else.
+    code: u8,
+}
+
+impl Failure {
+    fn usage(message: impl ToString) -> Failure {
+        Failure {
+            message: message.to_string(),
+            code: 2,
+        }
+    }
+
+    fn other(message: impl ToString) -> Failure {
+        Failure {
+            message: message.to_string(),
+            code: 1,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or_else(|| {
+        // A bare `slidegate` is `slidegate simulate` with its defaults.
+        match Cli::parse_from(["slidegate", "simulate"]).command {
+            Some(c) => c,
+            None => unreachable!("parsed with a subcommand"),
+        }
+    });
+    let result = match command {
+        Command::Simulate(args) => simulate(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// `digits[.digits]unit`, exactly, with unit one of ns, us (µs), ms, s, m, h.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("\"{text}\" has no unit: write e.g. 60s, 1.5s, 250ms, 10m"))?;
+    let (number, unit) = text.split_at(split);
+    let nanos_per_unit = match unit {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return Err(format!("unknown unit \"{unit}\": use ns, us, ms, s, m or h")),
+    };
+    // Minutes and hours: convert via seconds so a fraction of up to 9 digits stays exact.
+    let (base, factor) = match nanos_per_unit {
+        60_000_000_000 => (1_000_000_000, 60),
+        3_600_000_000_000 => (1_000_000_000, 3600),
+        n => (n, 1),
+    };
+    let ns = trace::parse_decimal(number, base)
+        .map_err(|e| format!("\"{number}\" {e}"))?
+        .checked_mul(factor)
+        .ok_or_else(|| format!("\"{text}\" is too long"))?;
+    Ok(Duration::from_nanos(ns))
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("\"{text}\" is not a positive number of requests per second")),
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn simulate(args: &Simulate) -> Result<(), Failure> {
+    let started = Instant::now();
+    let base = Quota::new(args.limit, args.window).map_err(Failure::usage)?;
+    let algorithms = run::algorithms(base, &args.granularity).map_err(Failure::usage)?;
+    let window = nanos(args.window);
+
+    let (trace, source) = load(args, window)?;
+    if trace.requests.is_empty() {
+        return Err(Failure::other(format!("{source}: no requests to simulate")));
+    }
+    let first = trace.requests[0].at;
+    let last = trace.requests[trace.requests.len() - 1].at;
+    println!(
+        "slidegate simulate: {source}: {} requests, {} keys, {} s; quota L = {} per {}",
+        trace.requests.len(),
+        trace.keys.len(),
+        Seconds(last - first),
+        args.limit,
+        report::duration(args.window),
+    );
+    if !trace.bad_lines.is_empty() {
+        println!(
+            "skipped {} bad lines (--skip-bad-lines):",
+            trace.bad_lines.len()
+        );
+        for e in trace.bad_lines.iter().take(5) {
+            println!("  {e}");
+        }
+        if trace.bad_lines.len() > 5 {
+            println!("  …");
+        }
+    }
+
+    let total = trace.requests.len() as u64 * algorithms.len() as u64;
+    // Short runs finish before a bar would be read; a pipe or file gets no bar at all.
+    let progress = if total >= 5_000_000 && std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{msg:>16} [{bar:40}] {percent:>3}% {human_pos}/{human_len} decisions, eta {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let mut replays = Vec::with_capacity(algorithms.len());
+    for a in &algorithms {
+        progress.set_message(label(a));
+        let replay = run::replay(&trace, a.quota, &progress)
+            .map_err(|e| Failure::other(format!("{}: {e}", a.name)))?;
+        replays.push(replay);
+    }
+    progress.finish_and_clear();
+
+    let reference = algorithms
+        .iter()
+        .position(run::Algorithm::is_reference)
+        .map(|i| &replays[i].allowed)
+        .ok_or_else(|| Failure::other("no reference algorithm"))?;
+    let keys = run::by_key(&trace);
+    let rows: Vec<Row> = algorithms
+        .iter()
+        .zip(&replays)
+        .map(|(a, r)| {
+            let (wrongly_allowed, wrongly_denied) = run::disagreements(&r.allowed, reference);
+            Row {
+                algorithm: a.name.to_owned(),
+                granularity: if a.bucketed {
+                    format!(
+                        "{} (N={})",
+                        report::duration(a.quota.granularity()),
+                        a.quota.buckets()
+                    )
+                } else {
+                    String::new()
+                },
+                requests: r.allowed.len() as u64,
+                admitted: r.allowed.iter().filter(|&&x| x).count() as u64,
+                wrongly_allowed,
+                wrongly_denied,
+                worst_window: run::worst_window(&trace, &keys, &r.allowed, window),
+                bytes_per_key: a.bytes_per_key(),
+                elapsed: r.elapsed,
+            }
+        })
+        .collect();
+    println!();
+    print!("{}", report::table(&rows, args.limit, args.window));
+    println!();
+    println!("{}", report::FOOTNOTE);
+    println!();
+
+    let key = match &args.chart_key {
+        Some(k) => trace
+            .keys
+            .iter()
+            .position(|x| x == k)
+            .ok_or_else(|| Failure::usage(format!("--chart-key \"{k}\" is not in the trace")))?,
+        // The most requests; the first such key on a tie.
+        None => (0..keys.len())
+            .max_by_key(|&k| (keys[k].len(), std::cmp::Reverse(k)))
+            .unwrap_or(0),
+    };
+    const BINS: usize = 600;
+    let width = (last - first).div_ceil(BINS as u64).max(1);
+    let series: Vec<chart::Series> = algorithms
+        .iter()
+        .zip(&replays)
+        .map(|(a, r)| {
+            let points: Vec<(u64, u64)> = keys[key]
+                .iter()
+                .map(|&i| i as usize)
+                .filter(|&i| r.allowed[i])
+                .map(|i| (trace.requests[i].at, u64::from(trace.requests[i].cost)))
+                .collect();
+            chart::Series {
+                label: label(a),
+                peaks: run::trailing_peaks(&points, window, first, width, BINS),
+            }
+        })
+        .collect();
+    chart::write(
+        &args.chart,
+        &chart::Chart {
+            title: format!(
+                "slidegate simulate — {source} — key \"{}\"",
+                trace.keys[key]
+            ),
+            y_label: format!(
+                "most admitted in the trailing {}",
+                report::duration(args.window)
+            ),
+            bin_seconds: width as f64 / 1e9,
+            limit: args.limit,
+            series: &series,
+        },
+    )
+    .map_err(Failure::other)?;
+    println!(
+        "chart: {} (key \"{}\": admitted in the trailing {} per algorithm, against L)",
+        args.chart.display(),
+        trace.keys[key],
+        report::duration(args.window)
+    );
+    println!("ran in {:.2} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// "Strict N=10", "GCRA".
+fn label(a: &run::Algorithm) -> String {
+    if a.bucketed {
+        format!("{} N={}", a.name, a.quota.buckets())
+    } else {
+        a.name.to_owned()
+    }
+}
+
+/// The trace to replay and a description of where it came from.
+fn load(args: &Simulate, window: u64) -> Result<(Trace, String), Failure> {
+    if let Some(path) = &args.trace {
+        let file = File::open(path)
+            .map_err(|e| Failure::other(format!("cannot open {}: {e}", path.display())))?;
+        let trace = trace::read(BufReader::new(file), args.limit, args.skip_bad_lines)
+            .map_err(|e| Failure::other(format!("{}: {e}", path.display())))?;
+        return Ok((trace, format!("trace {}", path.display())));
+    }
+    let limit_rate = args.limit as f64 / args.window.as_secs_f64();
+    let params = Params {
+        limit: args.limit,
+        window,
+        duration: nanos(args.duration),
+        keys: args.keys,
+        rate: args.rate.unwrap_or(1.25 * limit_rate),
+        on: args.on.map_or(window / 10 * 3, nanos),
+        off: args.off.map_or(window / 10 * 9, nanos),
+        lifetime: args.lifetime.map_or(window.saturating_mul(2), nanos),
+        seed: args.seed,
+    };
+    let trace = generate::generate(args.scenario, &params);
+    let source = format!(
+        "scenario {} (seed {}, {} keys, {})",
+        args.scenario,
+        args.seed,
+        args.keys,
+        report::duration(args.duration)
+    );
+    Ok((trace, source))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_exactly_with_units() {
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7ns"), Ok(Duration::from_nanos(7)));
+        assert_eq!(parse_duration("3us"), Ok(Duration::from_micros(3)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0.000000001m"), Ok(Duration::from_nanos(60)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("60").unwrap_err().contains("no unit"));
+        assert!(parse_duration("5parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("1.5ns").unwrap_err().contains("more than"));
+        assert!(parse_duration("s").unwrap_err().contains("is empty"));
+        assert!(parse_duration("99999999999999h").unwrap_err().contains("too"));
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

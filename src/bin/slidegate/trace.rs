@@ -1,0 +1,431 @@
+//! Traces: the requests a simulation replays, read from CSV or made by a generator.
+//!
+//! # The CSV format
+//! One request per line, `timestamp,key[,cost]`:
+//! - `timestamp`: seconds from any origin, digits with an optional fraction of up to nine
+//!   digits, read exactly to the nanosecond (`12.000000001` is 12 s + 1 ns; no float rounding).
+//!   Timestamps must not decrease from one line to the next: a trace out of order is an error
+//!   naming the line (sort it first, e.g. `sort -t, -k1,1g trace.csv`). Replaying unsorted
+//!   requests in file order would move the simulated clock backwards, which no limiter sees.
+//! - `key`: any non-empty text without a comma (surrounding spaces are trimmed; no quoting).
+//! - `cost`: a whole number from 1 to the quota's limit; 1 when absent.
+//!
+//! A first line whose first field is `timestamp` (any case) is a header and is skipped. Blank
+//! lines and lines starting with `#` are skipped too. Any other line that does not parse is an
+//! error naming its line number and what is wrong, unless bad lines are skipped
+//! (`--skip-bad-lines`), in which case they are counted and reported.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, BufRead};
+
+use slidegate::CostError;
+
+/// One request: when, whose, how much.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Nanoseconds from the trace's origin.
+    pub at: u64,
+    /// Index into [`Trace::keys`].
+    pub key: u32,
+    /// At least 1 and at most the quota's limit (which is below 2³¹).
+    pub cost: u32,
+}
+
+/// Requests in time order, with their keys interned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Every distinct key, indexed by [`Request::key`].
+    pub keys: Vec<String>,
+    /// Non-decreasing in `at`.
+    pub requests: Vec<Request>,
+    /// Lines skipped as bad (only with `--skip-bad-lines`), in file order.
+    pub bad_lines: Vec<LineError>,
+}
+
+/// Builds a [`Trace`], interning keys.
+#[derive(Default)]
+pub struct TraceBuilder {
+    trace: Trace,
+    index: HashMap<String, u32>,
+}
+
+impl TraceBuilder {
+    /// The index of `key`, adding it if new.
+    pub fn key(&mut self, key: &str) -> u32 {
+        if let Some(&i) = self.index.get(key) {
+            return i;
+        }
+        // A trace with 2³² distinct keys would not fit in memory long before this wraps.
+        let i = self.trace.keys.len() as u32;
+        self.trace.keys.push(key.to_owned());
+        self.index.insert(key.to_owned(), i);
+        i
+    }
+
+    /// Appends a request; the caller keeps time non-decreasing.
+    pub fn push(&mut self, at: u64, key: u32, cost: u32) {
+        debug_assert!(self.trace.requests.last().is_none_or(|r| r.at <= at));
+        self.trace.requests.push(Request { at, key, cost });
+    }
+
+    /// The last timestamp pushed.
+    fn last_at(&self) -> Option<u64> {
+        self.trace.requests.last().map(|r| r.at)
+    }
+
+    pub fn finish(self) -> Trace {
+        self.trace
+    }
+}
+
+/// What is wrong with one line of a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based.
+    pub line: usize,
+    pub problem: Problem,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.problem)
+    }
+}
+
+/// The ways a line can be wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    NotUtf8,
+    MissingKey,
+    EmptyKey,
+    TooManyFields(usize),
+    Timestamp { text: String, why: NumberError },
+    Cost { text: String },
+    CostRejected(CostError),
+    OutOfOrder { previous: u64, this: u64 },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::NotUtf8 => write!(f, "not valid UTF-8"),
+            Problem::MissingKey => write!(f, "no key: expected `timestamp,key[,cost]`"),
+            Problem::EmptyKey => write!(f, "the key is empty"),
+            Problem::TooManyFields(n) => {
+                write!(f, "{n} fields, expected 2 or 3: `timestamp,key[,cost]`")
+            }
+            Problem::Timestamp { text, why } => write!(f, "timestamp \"{text}\" {why}"),
+            Problem::Cost { text } => write!(f, "cost \"{text}\" is not a whole number ≥ 1"),
+            Problem::CostRejected(e) => write!(f, "{e}"),
+            Problem::OutOfOrder { previous, this } => write!(
+                f,
+                "timestamp {} is earlier than the previous request's {}; \
+                 a trace must be sorted by time",
+                Seconds(*this),
+                Seconds(*previous)
+            ),
+        }
+    }
+}
+
+/// Why a decimal number of seconds did not parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NumberError {
+    Empty,
+    NotDecimal,
+    TooPrecise,
+    TooLarge,
+}
+
+impl fmt::Display for NumberError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NumberError::Empty => "is empty",
+            NumberError::NotDecimal => {
+                "is not a number of seconds (digits, optionally a point and more digits)"
+            }
+            NumberError::TooPrecise => "has more than 9 digits after the point (nanoseconds)",
+            NumberError::TooLarge => "is too large (at most about 292 years in nanoseconds)",
+        })
+    }
+}
+
+/// Nanoseconds shown as seconds with as many decimals as needed, exactly.
+pub struct Seconds(pub u64);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (s, ns) = (self.0 / 1_000_000_000, self.0 % 1_000_000_000);
+        if ns == 0 {
+            write!(f, "{s}")
+        } else {
+            let frac = format!("{ns:09}");
+            write!(f, "{s}.{}", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+/// The largest timestamp accepted: 2⁶² − 1 ns (about 146 years), the range every algorithm
+/// stores exactly.
+pub const MAX_NANOS: u64 = (1 << 62) - 1;
+
+/// Parses `digits[.digits]` times `unit` nanoseconds exactly; the fraction may have at most
+/// as many digits as `unit` has zeros (9 for seconds).
+pub fn parse_decimal(text: &str, unit: u64) -> Result<u64, NumberError> {
+    if text.is_empty() {
+        return Err(NumberError::Empty);
+    }
+    let (whole, frac) = match text.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (text, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let ok = match frac {
+        None => digits(whole),
+        // "5.", ".5" and "5.5" are numbers; "." is not.
+        Some(f) => (digits(whole) || whole.is_empty()) && (digits(f) || f.is_empty()),
+    } && text != ".";
+    if !ok {
+        return Err(NumberError::NotDecimal);
+    }
+    let mut places = 0u32;
+    let mut u = unit;
+    while u % 10 == 0 && u > 1 {
+        u /= 10;
+        places += 1;
+    }
+    let frac = frac.unwrap_or("");
+    if frac.len() as u32 > places {
+        return Err(NumberError::TooPrecise);
+    }
+    let whole_value = if whole.is_empty() {
+        0
+    } else {
+        whole.parse::<u64>().map_err(|_| NumberError::TooLarge)?
+    };
+    let frac_value = if frac.is_empty() {
+        0
+    } else {
+        // At most `places` ≤ 19 digits after the check above; unit/10^len fits.
+        frac.parse::<u64>().map_err(|_| NumberError::TooLarge)?
+            * (unit / 10u64.pow(frac.len() as u32))
+    };
+    whole_value
+        .checked_mul(unit)
+        .and_then(|w| w.checked_add(frac_value))
+        .filter(|&n| n <= MAX_NANOS)
+        .ok_or(NumberError::TooLarge)
+}
+
+/// Reads a trace of requests checked against a quota of `limit`. With `skip_bad_lines`, bad
+/// lines are collected in [`Trace::bad_lines`] instead of failing the read.
+pub fn read(input: impl BufRead, limit: u64, skip_bad_lines: bool) -> Result<Trace, ReadError> {
+    let mut builder = TraceBuilder::default();
+    let mut bad = Vec::new();
+    let mut seen_data = false;
+    for (i, line) in input.split(b'\n').enumerate() {
+        let number = i + 1;
+        let line = line.map_err(ReadError::Io)?;
+        let outcome = match std::str::from_utf8(&line) {
+            Err(_) => Err(Problem::NotUtf8),
+            Ok(text) => {
+                let text = text.strip_suffix('\r').unwrap_or(text).trim();
+                let header = !seen_data
+                    && text
+                        .split(',')
+                        .next()
+                        .is_some_and(|f| f.trim().eq_ignore_ascii_case("timestamp"));
+                if text.is_empty() || text.starts_with('#') || header {
+                    seen_data |= header;
+                    continue;
+                }
+                seen_data = true;
+                parse_line(text, limit, builder.last_at())
+            }
+        };
+        match outcome {
+            Ok((at, key, cost)) => {
+                let key = builder.key(key);
+                builder.push(at, key, cost);
+            }
+            Err(problem) => {
+                let error = LineError {
+                    line: number,
+                    problem,
+                };
+                if !skip_bad_lines {
+                    return Err(ReadError::Line(error));
+                }
+                bad.push(error);
+            }
+        }
+    }
+    let mut trace = builder.finish();
+    trace.bad_lines = bad;
+    Ok(trace)
+}
+
+/// One data line, already trimmed: `(at, key, cost)`.
+fn parse_line(text: &str, limit: u64, last: Option<u64>) -> Result<(u64, &str, u32), Problem> {
+    let fields: Vec<&str> = text.split(',').map(str::trim).collect();
+    if fields.len() > 3 {
+        return Err(Problem::TooManyFields(fields.len()));
+    }
+    let at = parse_decimal(fields[0], 1_000_000_000).map_err(|why| Problem::Timestamp {
+        text: fields[0].to_owned(),
+        why,
+    })?;
+    let key = *fields.get(1).ok_or(Problem::MissingKey)?;
+    if key.is_empty() {
+        return Err(Problem::EmptyKey);
+    }
+    let cost = match fields.get(2) {
+        None => 1,
+        Some(text) => match text.parse::<u64>() {
+            Ok(c) if c >= 1 && text.bytes().all(|b| b.is_ascii_digit()) => c,
+            // Digits that overflow u64 are still a whole number: above any limit.
+            Err(_) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => u64::MAX,
+            _ => {
+                return Err(Problem::Cost {
+                    text: (*text).to_owned(),
+                });
+            }
+        },
+    };
+    if cost > limit {
+        return Err(Problem::CostRejected(CostError::ExceedsLimit { cost, limit }));
+    }
+    if let Some(previous) = last.filter(|&p| p > at) {
+        return Err(Problem::OutOfOrder { previous, this: at });
+    }
+    // cost ≤ limit ≤ MAX_LIMIT < 2³¹.
+    Ok((at, key, cost as u32))
+}
+
+/// Why a trace could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(io::Error),
+    Line(LineError),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Line(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn read_str(text: &str, limit: u64) -> Result<Trace, String> {
+        read(text.as_bytes(), limit, false).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn timestamps_parse_exactly_to_the_nanosecond() {
+        assert_eq!(parse_decimal("12.000000001", S), Ok(12 * S + 1));
+        assert_eq!(parse_decimal("0.1", S), Ok(100_000_000));
+        assert_eq!(parse_decimal("3", S), Ok(3 * S));
+        assert_eq!(parse_decimal("3.", S), Ok(3 * S));
+        assert_eq!(parse_decimal(".5", S), Ok(S / 2));
+        assert_eq!(parse_decimal("0.999999999", S), Ok(S - 1));
+        // 0.1 + 0.2 style rounding cannot happen: digits are integers.
+        assert_eq!(parse_decimal("1700000000.300000007", S), Ok(1_700_000_000 * S + 300_000_007));
+        assert_eq!(parse_decimal("4611686018.427387903", S), Ok(MAX_NANOS));
+        assert_eq!(parse_decimal("4611686018.427387904", S), Err(NumberError::TooLarge));
+        assert_eq!(parse_decimal("99999999999999999999999", S), Err(NumberError::TooLarge));
+        assert_eq!(parse_decimal("1.0000000001", S), Err(NumberError::TooPrecise));
+        for bad in [".", "-1", "+1", "1e3", "1.2.3", "abc", " 1", "1,5", "0x10", "1.-5"] {
+            assert_eq!(parse_decimal(bad, S), Err(NumberError::NotDecimal), "{bad}");
+        }
+        assert_eq!(parse_decimal("", S), Err(NumberError::Empty));
+        // Other units: milliseconds take at most 6 decimals.
+        assert_eq!(parse_decimal("1.5", 1_000_000), Ok(1_500_000));
+        assert_eq!(parse_decimal("1.0000001", 1_000_000), Err(NumberError::TooPrecise));
+        assert_eq!(parse_decimal("7", 1), Ok(7));
+        assert_eq!(parse_decimal("7.5", 1), Err(NumberError::TooPrecise));
+    }
+
+    #[test]
+    fn reads_requests_keys_and_costs() {
+        let trace = read_str(
+            "timestamp,key,cost\n0.5,alice\n0.5,bob,3\r\n\n# a comment\n 1.25 , alice , 2 \n",
+            10,
+        )
+        .unwrap();
+        assert_eq!(trace.keys, ["alice", "bob"]);
+        assert_eq!(
+            trace.requests,
+            [
+                Request { at: S / 2, key: 0, cost: 1 },
+                Request { at: S / 2, key: 1, cost: 3 },
+                Request { at: S + S / 4, key: 0, cost: 2 },
+            ]
+        );
+        assert!(trace.bad_lines.is_empty());
+        // No header, no trailing newline.
+        assert_eq!(read_str("1,a", 1).unwrap().requests.len(), 1);
+        assert_eq!(read_str("", 1).unwrap(), Trace::default());
+    }
+
+    #[test]
+    fn every_problem_names_its_line() {
+        let cases: [(&str, &str); 13] = [
+            ("1,a\n2,b\nabc,c\n", "line 3: timestamp \"abc\" is not a number of seconds"),
+            ("1,a\n-1,b\n", "line 2: timestamp \"-1\" is not a number of seconds"),
+            ("1.0000000001,a\n", "line 1: timestamp \"1.0000000001\" has more than 9 digits"),
+            ("99999999999,a\n", "line 1: timestamp \"99999999999\" is too large"),
+            (",a\n", "line 1: timestamp \"\" is empty"),
+            ("1\n", "line 1: no key"),
+            ("1, ,2\n", "line 1: the key is empty"),
+            ("1,a,2,3\n", "line 1: 4 fields, expected 2 or 3"),
+            ("1,a\n1,a\n# c\n1,a,abc\n", "line 4: cost \"abc\" is not a whole number ≥ 1"),
+            ("1,a,0\n", "line 1: cost \"0\" is not a whole number ≥ 1"),
+            ("1,a,-2\n", "line 1: cost \"-2\" is not a whole number ≥ 1"),
+            ("1,a,11\n", "line 1: cost 11 is above the limit 10 and can never be admitted"),
+            ("2,a\n1.5,b\n", "line 2: timestamp 1.5 is earlier than the previous request's 2"),
+        ];
+        for (text, want) in cases {
+            let got = read_str(text, 10).unwrap_err();
+            assert!(got.starts_with(want), "{text:?}: got {got:?}, want {want:?}");
+        }
+        let huge = read_str("1,a,99999999999999999999999\n", 10).unwrap_err();
+        assert!(huge.starts_with("line 1: cost 18446744073709551615 is above the limit 10"));
+        let not_utf8 = read(&b"1,a\n1,\xff\n"[..], 10, false).unwrap_err().to_string();
+        assert_eq!(not_utf8, "line 2: not valid UTF-8");
+        // A header is only a header before the first request.
+        let late = read_str("1,a\ntimestamp,key\n", 10).unwrap_err();
+        assert!(late.starts_with("line 2: timestamp \"timestamp\""), "{late}");
+    }
+
+    #[test]
+    fn skipping_bad_lines_counts_them_and_keeps_the_rest() {
+        let trace = read("1,a\nx,a\n2,a,0\n3,b\n2.5,b\n4,a,2\n".as_bytes(), 5, true).unwrap();
+        assert_eq!(
+            trace.requests.iter().map(|r| r.at / S).collect::<Vec<_>>(),
+            [1, 3, 4]
+        );
+        let lines: Vec<usize> = trace.bad_lines.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [2, 3, 5]);
+        // Order is judged against the last good request.
+        assert_eq!(
+            trace.bad_lines[2].problem,
+            Problem::OutOfOrder { previous: 3 * S, this: 2 * S + S / 2 }
+        );
+    }
+
+    #[test]
+    fn seconds_display_exactly() {
+        assert_eq!(Seconds(12 * S + 1).to_string(), "12.000000001");
+        assert_eq!(Seconds(S / 2).to_string(), "0.5");
+        assert_eq!(Seconds(0).to_string(), "0");
+    }
+}
