@@ -19,8 +19,9 @@ use crate::decision::{CostError, Decision};
 use crate::multi::{Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
-use crate::sync::{self, Backoff, Mutex, Ordering};
-use crate::window::ring::{Effect, Reading, Ring};
+use crate::sync::{self, Mutex, Ordering};
+use crate::window::Op;
+use crate::window::state::{State, charge_ring};
 
 use store::{Entry, Shape, Store};
 
@@ -199,7 +200,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn peek(&self, key: &K) -> Decision {
-        self.judge_only(key, 1, true, &epoch::pin())
+        self.judge_only(key, 1, &epoch::pin())
             .expect("a cost of 1 is within every limit")
     }
 
@@ -402,7 +403,7 @@ where
         let hash = self.store.hash(key);
         self.store
             .get(key, hash, &guard)
-            .map_or(0, |entry| entry.ring.admitted())
+            .map_or(0, |entry| entry.state.admitted())
     }
 
     /// The rule for `key`: its override, else the default.
@@ -415,63 +416,53 @@ where
     #[inline]
     fn acquire(&self, key: &K, n: u64) -> Result<Decision, CostError> {
         let guard = &epoch::pin();
-        self.take(key, n, guard, false)
+        self.take(key, n, guard, Op::Charge)
             .map(|(decision, _)| decision)
     }
 
-    /// Judges `n` on `key`'s live entry and, if allowed, charges it (or reserves it, for
-    /// `check_all`). Returns the decision and, when allowed, the entry's ring, alive while
-    /// `guard` is.
+    /// Judges `n` on `key`'s live entry and, if allowed, applies `op` (a charge, or a
+    /// reservation for `check_all`). Returns the decision and, when allowed, the entry's state
+    /// (alive while `guard` is) with the reservation's ticket.
     #[inline]
     fn take<'g>(
         &self,
         key: &K,
         n: u64,
         guard: &'g Guard,
-        reserve: bool,
-    ) -> Result<(Decision, Option<&'g Ring>), CostError> {
+        op: Op,
+    ) -> Result<(Decision, Option<(&'g State, u64)>), CostError> {
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
         let mut rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let mut entry: &Entry<K> = match self.store.get(key, hash, guard) {
-            Some(entry) if entry.fits(shape_of(&rule)) => entry,
+            Some(entry) if entry.fits(Shape::of(&rule)) => entry,
             _ => self.insert(key, hash, guard),
         };
-        let backoff = Backoff::new();
         loop {
-            if !entry.fits(shape_of(&rule)) {
+            if !entry.fits(Shape::of(&rule)) {
                 // The key's quota changed shape since `rule` was read (the insert path used
                 // the newer one): judge under the newer one.
                 rule = self.rule_for(key, guard);
                 rule.validate(n)?;
-                if !entry.fits(shape_of(&rule)) {
+                if !entry.fits(Shape::of(&rule)) {
                     entry = self.insert(key, hash, guard);
                 }
                 continue;
             }
-            // The read–judge–CAS loop of `Ring::decide`, written out: through `decide` this
-            // path stops being inlined and a check at 1k keys measured 33.6 ns instead of
-            // 26.5 (`cargo bench --bench keyed -- 'keyed_allowed/.*/1000$'`).
-            let read = entry.ring.read(rule.granularity, now, true, |r| {
-                rule.judge(r.offset, n, false, |j| r.tail(j))
-            });
-            match read {
-                Some((decision, reading)) => {
-                    if !decision.is_allowed() {
-                        return Ok((decision, None));
-                    }
-                    let taken = if reserve {
-                        entry.ring.try_reserve(&reading, n)
-                    } else {
-                        entry.ring.try_charge(&reading, n)
-                    };
-                    if taken {
-                        return Ok((decision, Some(&entry.ring)));
-                    }
-                    // Lost the CAS to a concurrent admission, or the entry was retired: judge
-                    // again (a retired ring then reads as `None`).
-                    backoff.spin();
+            // The sliding-window counter's charge is called directly rather than through
+            // `State::check`: routed through `Ring::decide` a check at 1k keys measured
+            // 33.6 ns instead of 26.5 (`cargo bench --bench keyed -- 'keyed_allowed/.*/1000$'`).
+            let decided = match (&entry.state, op) {
+                (State::Ring { ring, .. }, Op::Charge) => {
+                    charge_ring(ring, &rule, now, n).map(|d| (d, 0))
+                }
+                (state, op) => state.check(&rule, now, n, op),
+            };
+            match decided {
+                Some((decision, ticket)) => {
+                    let taken = decision.is_allowed().then_some((&entry.state, ticket));
+                    return Ok((decision, taken));
                 }
                 // Retired: evicted (idle, so a fresh entry decides the same), forced out, or
                 // replaced by an entry of a newer shape. The writer path sees the store as it
@@ -481,38 +472,29 @@ where
         }
     }
 
-    /// Judges `n` on `key` (as a peek if `peek`) without writing anything.
-    fn judge_only(
-        &self,
-        key: &K,
-        n: u64,
-        peek: bool,
-        guard: &Guard,
-    ) -> Result<Decision, CostError> {
+    /// What a check of `n` on `key` would decide now, without writing anything (a peek).
+    fn judge_only(&self, key: &K, n: u64, guard: &Guard) -> Result<Decision, CostError> {
         let rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
-        let judge = |r: &Reading<'_>| rule.judge(r.offset, n, peek, |j| r.tail(j));
         let live = self
             .store
             .get(key, hash, guard)
-            .filter(|e| e.fits(shape_of(&rule)));
-        if let Some(decision) =
-            live.and_then(|e| e.ring.decide(rule.granularity, now, Effect::None, judge))
-        {
+            .filter(|e| e.fits(Shape::of(&rule)));
+        if let Some((decision, _)) = live.and_then(|e| e.state.check(&rule, now, n, Op::Peek)) {
             return Ok(decision);
         }
         // Absent, retired (so idle or forcibly evicted), or of another shape (the next check
         // starts it afresh): a fresh window.
-        Ok(rule.judge(now() % rule.granularity, n, peek, |_| 0))
+        Ok(State::peek_fresh(&rule, now(), n))
     }
 
     /// The writer path: `key`'s live entry, inserted if need be, of the shape of the key's
     /// quota as published when the store's lock is taken.
     #[cold]
     fn insert<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> &'g Entry<K> {
-        let shape = || shape_of(&self.rule_for(key, guard));
+        let shape = || Shape::of(&self.rule_for(key, guard));
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
     }
@@ -557,7 +539,7 @@ where
     ) -> Result<sealed::Judged<'g>, CostError> {
         let guard = pin.get_or_init(epoch::pin);
         if !reserve {
-            let decision = self.limiter.judge_only(self.key, n, false, guard)?;
+            let decision = self.limiter.judge_only(self.key, n, guard)?;
             return Ok(sealed::Judged {
                 decision,
                 reserved: None,
@@ -565,7 +547,13 @@ where
         }
         // The entry stays alive while `guard` is pinned, so until the caller commits or
         // releases the reservation.
-        let (decision, reserved) = self.limiter.take(self.key, n, guard, true)?;
+        let (decision, reserved) = self.limiter.take(self.key, n, guard, Op::Reserve)?;
+        let clock: &dyn Clock = &self.limiter.clock;
+        let reserved = reserved.map(|(state, ticket)| sealed::Reserved {
+            state,
+            ticket,
+            clock,
+        });
         Ok(sealed::Judged { decision, reserved })
     }
 }
@@ -729,14 +717,6 @@ impl<K, C, S> fmt::Debug for KeyedLimiterBuilder<K, C, S> {
             .field("quota", &self.quota)
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
-    }
-}
-
-#[inline]
-fn shape_of(rule: &Rule) -> Shape {
-    Shape {
-        granularity: rule.granularity,
-        buckets: rule.buckets,
     }
 }
 
