@@ -40,7 +40,12 @@ pub fn write(path: &Path, chart: &Chart<'_>) -> Result<(), String> {
 }
 
 fn draw(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Error>> {
-    let bins = chart.series.iter().map(|s| s.peaks.len()).max().unwrap_or(0);
+    let bins = chart
+        .series
+        .iter()
+        .map(|s| s.peaks.len())
+        .max()
+        .unwrap_or(0);
     let x_max = (bins as f64 * chart.bin_seconds).max(f64::MIN_POSITIVE);
     let y_top = chart
         .series
@@ -63,6 +68,8 @@ fn draw(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Error>
         .x_desc("time (s)")
         .y_desc(chart.y_label.as_str())
         .light_line_style(WHITE)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
 
     for (i, s) in chart.series.iter().enumerate() {
@@ -101,8 +108,14 @@ mod tests {
     fn writes_an_svg_with_every_series() {
         let path = std::env::temp_dir().join(format!("slidegate-chart-{}.svg", std::process::id()));
         let series = [
-            Series { label: "Strict N=10".into(), peaks: vec![1, 5, 10, 10] },
-            Series { label: "FixedWindow".into(), peaks: vec![2, 20, 3, 0] },
+            Series {
+                label: "Strict N=10".into(),
+                peaks: vec![1, 5, 10, 10],
+            },
+            Series {
+                label: "FixedWindow".into(),
+                peaks: vec![2, 20, 3, 0],
+            },
         ];
         let chart = Chart {
             title: "t".into(),
@@ -120,6 +133,10 @@ mod tests {
         }
         // A directory that does not exist is an error, not a panic.
         let bad = Path::new("/nonexistent-dir/x.svg");
-        assert!(write(bad, &chart).unwrap_err().contains("/nonexistent-dir/x.svg"));
+        assert!(
+            write(bad, &chart)
+                .unwrap_err()
+                .contains("/nonexistent-dir/x.svg")
+        );
     }
 }

@@ -216,7 +216,13 @@ mod tests {
             assert!(a.requests.windows(2).all(|w| w[0].at <= w[1].at), "{s}");
             assert!(a.requests.iter().all(|r| r.at < params().duration), "{s}");
             if s != Scenario::Boundary {
-                let other = generate(s, &Params { seed: 8, ..params() });
+                let other = generate(
+                    s,
+                    &Params {
+                        seed: 8,
+                        ..params()
+                    },
+                );
                 assert_ne!(a, other, "{s}");
             }
         }
@@ -224,7 +230,10 @@ mod tests {
 
     #[test]
     fn steady_has_the_asked_rate() {
-        let p = Params { duration: 1000 * S, ..params() };
+        let p = Params {
+            duration: 1000 * S,
+            ..params()
+        };
         let n = generate(Scenario::Steady, &p).requests.len() as f64;
         let expected = 2.0 * 20.0 * 1000.0;
         // Poisson: σ = √40000 = 200; 5σ.
@@ -238,7 +247,11 @@ mod tests {
     fn churn_keeps_about_keys_live_and_brings_new_ones() {
         let t = generate(Scenario::Churn, &params());
         // 100 s / (20 s / 20 keys) = 100 key starts, plus the 20 live at the start.
-        assert!(t.keys.len() > 100 && t.keys.len() <= 120, "{}", t.keys.len());
+        assert!(
+            t.keys.len() > 100 && t.keys.len() <= 120,
+            "{}",
+            t.keys.len()
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ use slidegate::Quota;
 
 use crate::generate::{Params, Scenario};
 use crate::report::Row;
-use crate::trace::{Seconds, Trace};
+use crate::trace::Trace;
 
 /// slidegate's command-line tool: see what each rate-limiting algorithm admits.
 #[derive(Debug, Parser)]
@@ -185,7 +185,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1_000_000_000,
         "m" | "min" => 60_000_000_000,
         "h" => 3_600_000_000_000,
-        _ => return Err(format!("unknown unit \"{unit}\": use ns, us, ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "unknown unit \"{unit}\": use ns, us, ms, s, m or h"
+            ));
+        }
     };
     // Minutes and hours: convert via seconds so a fraction of up to 9 digits stays exact.
     let (base, factor) = match nanos_per_unit {
@@ -203,7 +207,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-        _ => Err(format!("\"{text}\" is not a positive number of requests per second")),
+        _ => Err(format!(
+            "\"{text}\" is not a positive number of requests per second"
+        )),
     }
 }
 
@@ -224,10 +230,10 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
     let first = trace.requests[0].at;
     let last = trace.requests[trace.requests.len() - 1].at;
     println!(
-        "slidegate simulate: {source}: {} requests, {} keys, {} s; quota L = {} per {}",
+        "slidegate simulate: {source}: {} requests, {} keys over {:.1} s; quota L = {} per {}",
         trace.requests.len(),
         trace.keys.len(),
-        Seconds(last - first),
+        (last - first) as f64 / 1e9,
         args.limit,
         report::duration(args.window),
     );
@@ -258,44 +264,62 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
         ProgressBar::hidden()
     };
 
-    let mut replays = Vec::with_capacity(algorithms.len());
+    let mut entries = Vec::with_capacity(algorithms.len() + 1);
     for a in &algorithms {
         progress.set_message(label(a));
         let replay = run::replay(&trace, a.quota, &progress)
             .map_err(|e| Failure::other(format!("{}: {e}", a.name)))?;
-        replays.push(replay);
+        entries.push(Entry {
+            name: a.name.to_owned(),
+            label: label(a),
+            granularity: if a.bucketed {
+                format!(
+                    "{} (N={})",
+                    report::duration(a.quota.granularity()),
+                    a.quota.buckets()
+                )
+            } else {
+                String::new()
+            },
+            bytes_per_key: Some(a.quota.bytes_per_key()),
+            reference: a.is_reference(),
+            replay,
+        });
+    }
+    if !entries.iter().any(|e| e.reference) {
+        // The library's exact log is not implemented yet (see run::CELLS_LANDED).
+        entries.push(Entry {
+            name: "ExactLog (model)".to_owned(),
+            label: "ExactLog (model)".to_owned(),
+            granularity: String::new(),
+            bytes_per_key: None,
+            reference: true,
+            replay: run::definition(&trace, args.limit, window),
+        });
     }
     progress.finish_and_clear();
 
-    let reference = algorithms
+    let reference = entries
         .iter()
-        .position(run::Algorithm::is_reference)
-        .map(|i| &replays[i].allowed)
+        .find(|e| e.reference)
+        .map(|e| &e.replay.allowed)
         .ok_or_else(|| Failure::other("no reference algorithm"))?;
     let keys = run::by_key(&trace);
-    let rows: Vec<Row> = algorithms
+    let rows: Vec<Row> = entries
         .iter()
-        .zip(&replays)
-        .map(|(a, r)| {
-            let (wrongly_allowed, wrongly_denied) = run::disagreements(&r.allowed, reference);
+        .map(|e| {
+            let allowed = &e.replay.allowed;
+            let (wrongly_allowed, wrongly_denied) = run::disagreements(allowed, reference);
             Row {
-                algorithm: a.name.to_owned(),
-                granularity: if a.bucketed {
-                    format!(
-                        "{} (N={})",
-                        report::duration(a.quota.granularity()),
-                        a.quota.buckets()
-                    )
-                } else {
-                    String::new()
-                },
-                requests: r.allowed.len() as u64,
-                admitted: r.allowed.iter().filter(|&&x| x).count() as u64,
+                algorithm: e.name.clone(),
+                granularity: e.granularity.clone(),
+                requests: allowed.len() as u64,
+                admitted: allowed.iter().filter(|&&x| x).count() as u64,
                 wrongly_allowed,
                 wrongly_denied,
-                worst_window: run::worst_window(&trace, &keys, &r.allowed, window),
-                bytes_per_key: a.bytes_per_key(),
-                elapsed: r.elapsed,
+                worst_window: run::worst_window(&trace, &keys, allowed, window),
+                bytes_per_key: e.bytes_per_key,
+                elapsed: e.replay.elapsed,
             }
         })
         .collect();
@@ -305,31 +329,29 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
     println!("{}", report::FOOTNOTE);
     println!();
 
-    let key = match &args.chart_key {
-        Some(k) => trace
-            .keys
-            .iter()
-            .position(|x| x == k)
-            .ok_or_else(|| Failure::usage(format!("--chart-key \"{k}\" is not in the trace")))?,
-        // The most requests; the first such key on a tie.
-        None => (0..keys.len())
-            .max_by_key(|&k| (keys[k].len(), std::cmp::Reverse(k)))
-            .unwrap_or(0),
-    };
+    let key =
+        match &args.chart_key {
+            Some(k) => trace.keys.iter().position(|x| x == k).ok_or_else(|| {
+                Failure::usage(format!("--chart-key \"{k}\" is not in the trace"))
+            })?,
+            // The most requests; the first such key on a tie.
+            None => (0..keys.len())
+                .max_by_key(|&k| (keys[k].len(), std::cmp::Reverse(k)))
+                .unwrap_or(0),
+        };
     const BINS: usize = 600;
     let width = (last - first).div_ceil(BINS as u64).max(1);
-    let series: Vec<chart::Series> = algorithms
+    let series: Vec<chart::Series> = entries
         .iter()
-        .zip(&replays)
-        .map(|(a, r)| {
+        .map(|e| {
             let points: Vec<(u64, u64)> = keys[key]
                 .iter()
                 .map(|&i| i as usize)
-                .filter(|&i| r.allowed[i])
+                .filter(|&i| e.replay.allowed[i])
                 .map(|i| (trace.requests[i].at, u64::from(trace.requests[i].cost)))
                 .collect();
             chart::Series {
-                label: label(a),
+                label: e.label.clone(),
                 peaks: run::trailing_peaks(&points, window, first, width, BINS),
             }
         })
@@ -359,6 +381,16 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
     );
     println!("ran in {:.2} s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// One replayed algorithm, ready for the table and the chart.
+struct Entry {
+    name: String,
+    label: String,
+    granularity: String,
+    bytes_per_key: Option<usize>,
+    reference: bool,
+    replay: run::Replay,
 }
 
 /// "Strict N=10", "GCRA".
@@ -418,10 +450,18 @@ mod tests {
         assert_eq!(parse_duration("0.000000001m"), Ok(Duration::from_nanos(60)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert!(parse_duration("60").unwrap_err().contains("no unit"));
-        assert!(parse_duration("5parsecs").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_duration("5parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
         assert!(parse_duration("1.5ns").unwrap_err().contains("more than"));
         assert!(parse_duration("s").unwrap_err().contains("is empty"));
-        assert!(parse_duration("99999999999999h").unwrap_err().contains("too"));
+        assert!(
+            parse_duration("99999999999999h")
+                .unwrap_err()
+                .contains("too")
+        );
     }
 
     #[test]

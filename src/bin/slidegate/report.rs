@@ -14,7 +14,8 @@ pub struct Row {
     pub wrongly_allowed: u64,
     pub wrongly_denied: u64,
     pub worst_window: u64,
-    pub bytes_per_key: usize,
+    /// `None` for the reference model, which is no limiter.
+    pub bytes_per_key: Option<usize>,
     pub elapsed: Duration,
 }
 
@@ -94,7 +95,8 @@ pub fn table(rows: &[Row], limit: u64, window: Duration) -> String {
                 percent(r.wrongly_allowed, r.requests),
                 percent(r.wrongly_denied, r.requests),
                 r.worst_window.to_string(),
-                r.bytes_per_key.to_string(),
+                r.bytes_per_key
+                    .map_or_else(|| "–".to_owned(), |b| b.to_string()),
                 rate(r.decisions_per_second()),
             ]
         })
@@ -165,7 +167,10 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(duration(Duration::from_millis(250)), "250ms");
         assert_eq!(duration(Duration::from_nanos(7)), "7ns");
-        assert_eq!(duration(Duration::from_nanos(1_000_000_001)), "1.000000001s");
+        assert_eq!(
+            duration(Duration::from_nanos(1_000_000_001)),
+            "1.000000001s"
+        );
     }
 
     #[test]
@@ -178,13 +183,27 @@ mod tests {
             wrongly_allowed: 0,
             wrongly_denied: 12,
             worst_window: 100,
-            bytes_per_key: 210,
+            bytes_per_key: Some(210),
             elapsed: Duration::from_millis(1),
         };
-        let t = table(&[row.clone(), Row { algorithm: "ExactLog".into(), ..row }], 100, Duration::from_secs(60));
+        let t = table(
+            &[
+                row.clone(),
+                Row {
+                    algorithm: "ExactLog".into(),
+                    ..row
+                },
+            ],
+            100,
+            Duration::from_secs(60),
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4);
-        assert!(lines.iter().all(|l| l.chars().count() == lines[0].chars().count()));
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.chars().count() == lines[0].chars().count())
+        );
         assert!(lines[0].contains("worst 60s (L = 100)"));
         assert!(lines[2].contains("| Strict "));
         assert!(lines[2].contains(" 1.20% "));

@@ -6,6 +6,7 @@
 //! production, and as in Cloudflare's comparison. "Wrongly allowed" and "wrongly denied" are
 //! per-request disagreements with the exact log, as a share of all requests.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
@@ -23,15 +24,19 @@ pub struct Algorithm {
     pub bucketed: bool,
 }
 
+/// Whether the library's exact-log and GCRA cells are implemented.
+///
+/// On `main` at f46567c `Mode::ExactLog` and `Mode::Gcra` exist but their cells
+/// (`src/window/log.rs`, `src/window/gcra.rs`) are still `unimplemented!()`: a check panics.
+/// Until they land the simulator leaves those two rows out and takes the reference from
+/// [`definition`], a plain model of the exact log's rule. TODO(cells): set to `true` when
+/// they land; the exact log then becomes the reference and [`definition`] checks it in tests.
+pub const CELLS_LANDED: bool = false;
+
 impl Algorithm {
     /// The exact sliding log: the reference every other algorithm is compared to.
     pub fn is_reference(&self) -> bool {
         self.quota.mode() == Mode::ExactLog
-    }
-
-    /// Approximate bytes of state per key in the keyed limiter.
-    pub fn bytes_per_key(&self) -> usize {
-        self.quota.bytes_per_key()
     }
 }
 
@@ -67,15 +72,15 @@ pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorit
             });
         }
     }
-    let whole = base.with_granularity(window)?;
-    for (mode, name) in [
-        (Mode::FixedWindow, "FixedWindow"),
-        (Mode::Gcra, "GCRA"),
-        (Mode::ExactLog, "ExactLog"),
-    ] {
+    let mut whole = vec![(Mode::FixedWindow, "FixedWindow")];
+    if CELLS_LANDED {
+        whole.extend([(Mode::Gcra, "GCRA"), (Mode::ExactLog, "ExactLog")]);
+    }
+    for (mode, name) in whole {
         out.push(Algorithm {
             name,
-            quota: whole.with_mode(mode),
+            // FixedWindow sets its granularity to the window; the others have none.
+            quota: base.with_mode(mode),
             bucketed: false,
         });
     }
@@ -110,6 +115,37 @@ pub fn replay(trace: &Trace, quota: Quota, progress: &ProgressBar) -> Result<Rep
         allowed,
         elapsed: start.elapsed(),
     })
+}
+
+/// The exact sliding log's rule, computed plainly: admit cost `n` at `t` iff the cost admitted
+/// in `(t − W, t]` plus `n` is at most `L`. A queue of admissions and a running sum per key.
+pub fn definition(trace: &Trace, limit: u64, window: u64) -> Replay {
+    let start = Instant::now();
+    let mut logs: Vec<(VecDeque<(u64, u64)>, u64)> = vec![Default::default(); trace.keys.len()];
+    let mut allowed = Vec::with_capacity(trace.requests.len());
+    for r in &trace.requests {
+        let (log, sum) = &mut logs[r.key as usize];
+        if let Some(cut) = r.at.checked_sub(window) {
+            while let Some(&(t, c)) = log.front() {
+                if t > cut {
+                    break;
+                }
+                *sum -= c;
+                log.pop_front();
+            }
+        }
+        let cost = u64::from(r.cost);
+        let ok = *sum + cost <= limit;
+        if ok {
+            log.push_back((r.at, cost));
+            *sum += cost;
+        }
+        allowed.push(ok);
+    }
+    Replay {
+        allowed,
+        elapsed: start.elapsed(),
+    }
 }
 
 /// Each key's requests, as indices into the trace in time order.
@@ -170,7 +206,7 @@ pub fn trailing_peaks(
 ) -> Vec<u64> {
     let (mut left, mut right, mut sum) = (0, 0, 0u64);
     let mut out = Vec::with_capacity(bins);
-    let mut expire = |left: &mut usize, sum: &mut u64, t: u64| {
+    let expire = |left: &mut usize, sum: &mut u64, t: u64| {
         if let Some(cut) = t.checked_sub(window) {
             while *left < points.len() && points[*left].0 <= cut {
                 *sum -= points[*left].1;
@@ -214,26 +250,24 @@ pub fn disagreements(allowed: &[bool], reference: &[bool]) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{HashMap, VecDeque};
-
     use super::*;
     use crate::generate::{Params, Scenario, generate};
 
     const S: u64 = 1_000_000_000;
 
-    /// The definition, naively: per key, a queue of (time, cost) admitted in the window.
-    fn naive_exact_log(trace: &Trace, limit: u64, window: u64) -> Vec<bool> {
-        let mut logs: HashMap<u32, VecDeque<(u64, u64)>> = HashMap::new();
+    /// The definition, by brute force: every earlier admission of the key is looked at.
+    fn brute_definition(trace: &Trace, limit: u64, window: u64) -> Vec<bool> {
+        let mut admitted: Vec<(u64, u32, u64)> = Vec::new();
         let mut out = Vec::new();
         for r in &trace.requests {
-            let log = logs.entry(r.key).or_default();
-            while log.front().is_some_and(|&(t, _)| r.at >= window && t <= r.at - window) {
-                log.pop_front();
-            }
-            let used: u64 = log.iter().map(|&(_, c)| c).sum();
+            let used: u64 = admitted
+                .iter()
+                .filter(|&&(t, k, _)| k == r.key && t + window > r.at)
+                .map(|&(_, _, c)| c)
+                .sum();
             let ok = used + u64::from(r.cost) <= limit;
             if ok {
-                log.push_back((r.at, u64::from(r.cost)));
+                admitted.push((r.at, r.key, u64::from(r.cost)));
             }
             out.push(ok);
         }
@@ -277,7 +311,11 @@ mod tests {
                 points.push((t, 1 + rng.next(4)));
             }
             let fast = worst_in_window(points.iter().copied(), window);
-            assert_eq!(fast, brute_worst(&points, window), "case {case}: {points:?} w={window}");
+            assert_eq!(
+                fast,
+                brute_worst(&points, window),
+                "case {case}: {points:?} w={window}"
+            );
             // Every bin's peak is at most the worst, and some bin reaches it.
             let peaks = trailing_peaks(&points, window, 0, 1 + rng.next(7), 40);
             assert!(peaks.iter().all(|&p| p <= fast));
@@ -306,16 +344,27 @@ mod tests {
     }
 
     #[test]
-    fn the_library_exact_log_is_the_definition() {
-        let p = params();
+    fn the_reference_is_the_definition() {
+        let p = Params {
+            duration: 60 * S,
+            keys: 8,
+            ..params()
+        };
         for s in [Scenario::Mixed, Scenario::Churn, Scenario::Boundary] {
             let trace = generate(s, &p);
-            let quota = Quota::new(p.limit, Duration::from_nanos(p.window))
-                .unwrap()
-                .with_mode(Mode::ExactLog);
-            let got = replay(&trace, quota, &ProgressBar::hidden()).unwrap().allowed;
-            assert_eq!(got, naive_exact_log(&trace, p.limit, p.window), "{s}");
+            let got = definition(&trace, p.limit, p.window).allowed;
+            assert_eq!(got, brute_definition(&trace, p.limit, p.window), "{s}");
         }
+        // Costs, and the edge of the half-open window (t − W, t].
+        let mut b = crate::trace::TraceBuilder::default();
+        let k = b.key("k");
+        for (at, cost) in [(0, 3), (5, 2), (10, 3), (14, 1), (15, 2), (20, 1)] {
+            b.push(at, k, cost);
+        }
+        let trace = b.finish();
+        let want = [true, true, true, false, true, true];
+        assert_eq!(definition(&trace, 5, 10).allowed, want);
+        assert_eq!(brute_definition(&trace, 5, 10), want);
     }
 
     #[test]
@@ -325,9 +374,14 @@ mod tests {
         let keys = by_key(&trace);
         let base = Quota::new(p.limit, Duration::from_nanos(p.window)).unwrap();
         let algos = algorithms(base, &[]).unwrap();
-        assert_eq!(algos.len(), 2 * 3 + 3);
+        // N = 1 and 10; 10 s / 60 is not whole nanoseconds.
+        assert_eq!(algos.len(), 2 * 2 + if CELLS_LANDED { 3 } else { 1 });
+        let reference = definition(&trace, p.limit, p.window).allowed;
+        assert_eq!(worst_window(&trace, &keys, &reference, p.window), p.limit);
         for a in &algos {
-            let allowed = replay(&trace, a.quota, &ProgressBar::hidden()).unwrap().allowed;
+            let allowed = replay(&trace, a.quota, &ProgressBar::hidden())
+                .unwrap()
+                .allowed;
             let worst = worst_window(&trace, &keys, &allowed, p.window);
             match a.quota.mode() {
                 Mode::Strict | Mode::ExactLog => assert_eq!(worst, p.limit, "{}", a.name),

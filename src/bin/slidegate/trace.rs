@@ -294,7 +294,10 @@ fn parse_line(text: &str, limit: u64, last: Option<u64>) -> Result<(u64, &str, u
         },
     };
     if cost > limit {
-        return Err(Problem::CostRejected(CostError::ExceedsLimit { cost, limit }));
+        return Err(Problem::CostRejected(CostError::ExceedsLimit {
+            cost,
+            limit,
+        }));
     }
     if let Some(previous) = last.filter(|&p| p > at) {
         return Err(Problem::OutOfOrder { previous, this: at });
@@ -338,18 +341,35 @@ mod tests {
         assert_eq!(parse_decimal(".5", S), Ok(S / 2));
         assert_eq!(parse_decimal("0.999999999", S), Ok(S - 1));
         // 0.1 + 0.2 style rounding cannot happen: digits are integers.
-        assert_eq!(parse_decimal("1700000000.300000007", S), Ok(1_700_000_000 * S + 300_000_007));
+        assert_eq!(
+            parse_decimal("1700000000.300000007", S),
+            Ok(1_700_000_000 * S + 300_000_007)
+        );
         assert_eq!(parse_decimal("4611686018.427387903", S), Ok(MAX_NANOS));
-        assert_eq!(parse_decimal("4611686018.427387904", S), Err(NumberError::TooLarge));
-        assert_eq!(parse_decimal("99999999999999999999999", S), Err(NumberError::TooLarge));
-        assert_eq!(parse_decimal("1.0000000001", S), Err(NumberError::TooPrecise));
-        for bad in [".", "-1", "+1", "1e3", "1.2.3", "abc", " 1", "1,5", "0x10", "1.-5"] {
+        assert_eq!(
+            parse_decimal("4611686018.427387904", S),
+            Err(NumberError::TooLarge)
+        );
+        assert_eq!(
+            parse_decimal("99999999999999999999999", S),
+            Err(NumberError::TooLarge)
+        );
+        assert_eq!(
+            parse_decimal("1.0000000001", S),
+            Err(NumberError::TooPrecise)
+        );
+        for bad in [
+            ".", "-1", "+1", "1e3", "1.2.3", "abc", " 1", "1,5", "0x10", "1.-5",
+        ] {
             assert_eq!(parse_decimal(bad, S), Err(NumberError::NotDecimal), "{bad}");
         }
         assert_eq!(parse_decimal("", S), Err(NumberError::Empty));
         // Other units: milliseconds take at most 6 decimals.
         assert_eq!(parse_decimal("1.5", 1_000_000), Ok(1_500_000));
-        assert_eq!(parse_decimal("1.0000001", 1_000_000), Err(NumberError::TooPrecise));
+        assert_eq!(
+            parse_decimal("1.0000001", 1_000_000),
+            Err(NumberError::TooPrecise)
+        );
         assert_eq!(parse_decimal("7", 1), Ok(7));
         assert_eq!(parse_decimal("7.5", 1), Err(NumberError::TooPrecise));
     }
@@ -365,9 +385,21 @@ mod tests {
         assert_eq!(
             trace.requests,
             [
-                Request { at: S / 2, key: 0, cost: 1 },
-                Request { at: S / 2, key: 1, cost: 3 },
-                Request { at: S + S / 4, key: 0, cost: 2 },
+                Request {
+                    at: S / 2,
+                    key: 0,
+                    cost: 1
+                },
+                Request {
+                    at: S / 2,
+                    key: 1,
+                    cost: 3
+                },
+                Request {
+                    at: S + S / 4,
+                    key: 0,
+                    cost: 2
+                },
             ]
         );
         assert!(trace.bad_lines.is_empty());
@@ -379,31 +411,60 @@ mod tests {
     #[test]
     fn every_problem_names_its_line() {
         let cases: [(&str, &str); 13] = [
-            ("1,a\n2,b\nabc,c\n", "line 3: timestamp \"abc\" is not a number of seconds"),
-            ("1,a\n-1,b\n", "line 2: timestamp \"-1\" is not a number of seconds"),
-            ("1.0000000001,a\n", "line 1: timestamp \"1.0000000001\" has more than 9 digits"),
-            ("99999999999,a\n", "line 1: timestamp \"99999999999\" is too large"),
+            (
+                "1,a\n2,b\nabc,c\n",
+                "line 3: timestamp \"abc\" is not a number of seconds",
+            ),
+            (
+                "1,a\n-1,b\n",
+                "line 2: timestamp \"-1\" is not a number of seconds",
+            ),
+            (
+                "1.0000000001,a\n",
+                "line 1: timestamp \"1.0000000001\" has more than 9 digits",
+            ),
+            (
+                "99999999999,a\n",
+                "line 1: timestamp \"99999999999\" is too large",
+            ),
             (",a\n", "line 1: timestamp \"\" is empty"),
             ("1\n", "line 1: no key"),
             ("1, ,2\n", "line 1: the key is empty"),
             ("1,a,2,3\n", "line 1: 4 fields, expected 2 or 3"),
-            ("1,a\n1,a\n# c\n1,a,abc\n", "line 4: cost \"abc\" is not a whole number ≥ 1"),
+            (
+                "1,a\n1,a\n# c\n1,a,abc\n",
+                "line 4: cost \"abc\" is not a whole number ≥ 1",
+            ),
             ("1,a,0\n", "line 1: cost \"0\" is not a whole number ≥ 1"),
             ("1,a,-2\n", "line 1: cost \"-2\" is not a whole number ≥ 1"),
-            ("1,a,11\n", "line 1: cost 11 is above the limit 10 and can never be admitted"),
-            ("2,a\n1.5,b\n", "line 2: timestamp 1.5 is earlier than the previous request's 2"),
+            (
+                "1,a,11\n",
+                "line 1: cost 11 is above the limit 10 and can never be admitted",
+            ),
+            (
+                "2,a\n1.5,b\n",
+                "line 2: timestamp 1.5 is earlier than the previous request's 2",
+            ),
         ];
         for (text, want) in cases {
             let got = read_str(text, 10).unwrap_err();
-            assert!(got.starts_with(want), "{text:?}: got {got:?}, want {want:?}");
+            assert!(
+                got.starts_with(want),
+                "{text:?}: got {got:?}, want {want:?}"
+            );
         }
         let huge = read_str("1,a,99999999999999999999999\n", 10).unwrap_err();
         assert!(huge.starts_with("line 1: cost 18446744073709551615 is above the limit 10"));
-        let not_utf8 = read(&b"1,a\n1,\xff\n"[..], 10, false).unwrap_err().to_string();
+        let not_utf8 = read(&b"1,a\n1,\xff\n"[..], 10, false)
+            .unwrap_err()
+            .to_string();
         assert_eq!(not_utf8, "line 2: not valid UTF-8");
         // A header is only a header before the first request.
         let late = read_str("1,a\ntimestamp,key\n", 10).unwrap_err();
-        assert!(late.starts_with("line 2: timestamp \"timestamp\""), "{late}");
+        assert!(
+            late.starts_with("line 2: timestamp \"timestamp\""),
+            "{late}"
+        );
     }
 
     #[test]
@@ -418,7 +479,10 @@ mod tests {
         // Order is judged against the last good request.
         assert_eq!(
             trace.bad_lines[2].problem,
-            Problem::OutOfOrder { previous: 3 * S, this: 2 * S + S / 2 }
+            Problem::OutOfOrder {
+                previous: 3 * S,
+                this: 2 * S + S / 2
+            }
         );
     }
 

@@ -1,0 +1,308 @@
+//! The `slidegate` binary, run as a user runs it: `slidegate simulate` on trace files and
+//! built-in scenarios, its table, its chart and its errors.
+
+#![cfg(feature = "cli")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A fresh directory for one test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("slidegate-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn slidegate(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The table's rows as cells, keyed by "algorithm granularity".
+fn table(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| algorithm"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// The row whose algorithm column starts with `name` and whose granularity contains `n`.
+fn row<'a>(rows: &'a [Vec<String>], name: &str, granularity: &str) -> &'a [String] {
+    rows.iter()
+        .find(|r| r[0].starts_with(name) && r[1].contains(granularity))
+        .unwrap_or_else(|| panic!("no row {name} {granularity} in {rows:?}"))
+}
+
+// Columns.
+const REQUESTS: usize = 2;
+const ADMITTED: usize = 3;
+const WRONGLY_ALLOWED: usize = 4;
+const WRONGLY_DENIED: usize = 5;
+const WORST: usize = 6;
+
+fn succeeded(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Key `a` sends 6 requests per second for 10 s against 5 per second; key `b` stays under.
+fn busy_trace() -> String {
+    let mut csv = String::from("timestamp,key,cost\n");
+    for i in 0..60u32 {
+        csv.push_str(&format!("{}.{:06},a\n", i / 6, (i % 6) * 166_666));
+        if i % 3 == 0 {
+            csv.push_str(&format!("{}.{:06},b,2\n", i / 6, (i % 6) * 166_666 + 1));
+        }
+    }
+    csv
+}
+
+#[test]
+fn a_trace_gives_a_table_with_the_exact_log_as_the_zero_error_reference() {
+    let dir = TempDir::new("table");
+    let trace = dir.file("trace.csv", &busy_trace());
+    let out = slidegate(
+        &dir.0,
+        &[
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--limit",
+            "5",
+            "--window",
+            "1s",
+        ],
+    );
+    let stdout = succeeded(&out);
+    let rows = table(&stdout);
+    // Strict and Weighted at N = 1 and 10 (1 s / 60 is not whole nanoseconds), the fixed
+    // window, the reference.
+    for name in ["Strict", "Weighted"] {
+        for n in ["N=1)", "N=10)"] {
+            assert_eq!(row(&rows, name, n)[REQUESTS], "80");
+        }
+    }
+    assert!(!stdout.contains("N=60"), "{stdout}");
+    let exact = row(&rows, "ExactLog", "");
+    assert_eq!(exact[WRONGLY_ALLOWED], "0%");
+    assert_eq!(exact[WRONGLY_DENIED], "0%");
+    assert_eq!(exact[WORST], "5");
+    // `a` alone: 5 per second of its 6 (the first second admits 5 of 6, and so on).
+    let admitted: u64 = exact[ADMITTED].parse().unwrap();
+    assert!((50..=80).contains(&admitted), "{admitted}");
+    for n in ["N=1)", "N=10)"] {
+        let worst: u64 = row(&rows, "Strict", n)[WORST].parse().unwrap();
+        assert!(worst <= 5, "Strict {n}: worst {worst}");
+    }
+    assert!(stdout.contains("wrongly allowed / denied"), "{stdout}");
+}
+
+#[test]
+fn the_boundary_attack_gets_2l_through_a_fixed_window_and_l_through_strict() {
+    let dir = TempDir::new("boundary");
+    let out = slidegate(
+        &dir.0,
+        &[
+            "simulate",
+            "--scenario",
+            "boundary",
+            "--limit",
+            "10",
+            "--window",
+            "600ms",
+            "--duration",
+            "6s",
+            "--keys",
+            "3",
+            "--chart",
+            "attack.svg",
+        ],
+    );
+    let stdout = succeeded(&out);
+    let rows = table(&stdout);
+    assert_eq!(row(&rows, "FixedWindow", "")[WORST], "20");
+    assert_eq!(row(&rows, "ExactLog", "")[WORST], "10");
+    for n in ["N=1)", "N=10)", "N=60)"] {
+        assert_eq!(row(&rows, "Strict", n)[WORST], "10", "Strict {n}");
+    }
+    // The fixed window admits requests the exact log denies.
+    assert_ne!(row(&rows, "FixedWindow", "")[WRONGLY_ALLOWED], "0%");
+
+    let svg = std::fs::read_to_string(dir.0.join("attack.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("FixedWindow") && svg.contains("limit L = 10"));
+    assert!(stdout.contains("chart: attack.svg"), "{stdout}");
+}
+
+#[test]
+fn a_malformed_trace_fails_naming_the_line_and_prints_no_table() {
+    let dir = TempDir::new("malformed");
+    let trace = dir.file(
+        "bad.csv",
+        "timestamp,key,cost\n0.1,a\n0.2,a,1\n0.3,a,abc\n0.4,a\n",
+    );
+    let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("line 4: cost \"abc\" is not a whole number ≥ 1"),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("| algorithm"));
+    assert!(!dir.0.join("slidegate-simulate.svg").exists());
+
+    // Out of order, and a cost above the limit: errors too, each with its line.
+    let trace = dir.file("order.csv", "2,a\n1,a\n");
+    let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
+    assert!(text(&out.stderr).contains("line 2: timestamp 1 is earlier"));
+    let trace = dir.file("cost.csv", "1,a,7\n");
+    let out = slidegate(
+        &dir.0,
+        &[
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--limit",
+            "5",
+        ],
+    );
+    assert!(text(&out.stderr).contains("line 1: cost 7 is above the limit 5"));
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn skip_bad_lines_counts_and_reports_them() {
+    let dir = TempDir::new("skip");
+    let trace = dir.file(
+        "bad.csv",
+        "0.1,a\nnot-a-time,a\n0.2,a,0\n0.3,b\n0.25,b\n0.4,a\n",
+    );
+    let out = slidegate(
+        &dir.0,
+        &[
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--skip-bad-lines",
+        ],
+    );
+    let stdout = succeeded(&out);
+    assert!(stdout.contains("skipped 3 bad lines"), "{stdout}");
+    assert!(
+        stdout.contains("line 2: timestamp \"not-a-time\""),
+        "{stdout}"
+    );
+    assert_eq!(row(&table(&stdout), "ExactLog", "")[REQUESTS], "3");
+    assert!(dir.0.join("slidegate-simulate.svg").exists());
+}
+
+#[test]
+fn bad_arguments_are_the_library_config_errors_not_panics() {
+    let dir = TempDir::new("args");
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["simulate", "--limit", "0"],
+            "limit must be at least 1, got 0",
+        ),
+        (
+            &["simulate", "--window", "0s"],
+            "window must be longer than zero",
+        ),
+        (
+            &["simulate", "--window", "60s", "--granularity", "7s"],
+            "does not divide the window",
+        ),
+        (
+            &["simulate", "--window", "1s", "--granularity", "2s"],
+            "is longer than the window",
+        ),
+        (&["simulate", "--limit", "99999999999"], "above the maximum"),
+    ];
+    for (args, want) in cases {
+        let out = slidegate(&dir.0, args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // clap's own checks: a bad duration, a missing file.
+    let out = slidegate(&dir.0, &["simulate", "--window", "60"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("has no unit"));
+    let out = slidegate(&dir.0, &["simulate", "--trace", "missing.csv"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot open missing.csv"));
+}
+
+#[test]
+fn every_scenario_runs_and_is_deterministic() {
+    let dir = TempDir::new("scenarios");
+    for scenario in ["mixed", "steady", "bursts", "churn", "boundary"] {
+        let args = [
+            "simulate",
+            "--scenario",
+            scenario,
+            "--limit",
+            "20",
+            "--window",
+            "10s",
+            "--duration",
+            "60s",
+            "--keys",
+            "40",
+            "--seed",
+            "9",
+        ];
+        let a = table(&succeeded(&slidegate(&dir.0, &args)));
+        let b = table(&succeeded(&slidegate(&dir.0, &args)));
+        // Everything but the decisions per second (wall time) is the same.
+        let strip = |rows: Vec<Vec<String>>| -> Vec<Vec<String>> {
+            rows.into_iter()
+                .map(|mut r| {
+                    r.pop();
+                    r
+                })
+                .collect()
+        };
+        let (a, b) = (strip(a), strip(b));
+        assert_eq!(a, b, "{scenario}");
+        assert_eq!(row(&a, "ExactLog", "")[WRONGLY_ALLOWED], "0%");
+        assert_eq!(row(&a, "ExactLog", "")[WORST], "20");
+    }
+}
