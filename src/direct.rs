@@ -2,6 +2,7 @@
 
 use core::cell::OnceCell;
 use core::fmt;
+use core::time::Duration;
 
 use crate::algo::sliding_counter::Rule;
 use crate::clock::{Clock, QuantaClock};
@@ -9,6 +10,7 @@ use crate::decision::{CostError, Decision};
 use crate::multi::{self, Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::epoch::Guard;
+use crate::wait;
 use crate::window::Op;
 use crate::window::state::{Shape, State, charge_ring};
 
@@ -161,6 +163,110 @@ impl<C: Clock> SlidingWindow<C> {
             .expect("a direct limiter's state is never retired")
     }
 
+    /// Blocks until cost `n` is admitted, then returns that (allowed) decision: for
+    /// client-side throttling of outbound calls. Between checks it waits each denial's
+    /// `retry_after` through the clock's [`sleep`](Clock::sleep) (a thread sleep; a
+    /// [`ManualClock`](crate::clock::ManualClock) advances instead). A cost of zero or above
+    /// the limit is an error at once: no wait would admit it.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock, Nanos}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindow::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
+    /// for _ in 0..3 {
+    ///     limiter.wait(1)?;
+    /// }
+    /// // The third call waited until the first two left the window (Strict: 1.1 s).
+    /// assert_eq!(clock.now(), Nanos(1_100_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait(&self, n: u64) -> Result<Decision, CostError> {
+        self.wait_with_jitter(n, Duration::ZERO)
+    }
+
+    /// [`SlidingWindow::wait`], adding to each wait a random jitter of up to `jitter`, so
+    /// that clients denied together do not retry in lockstep.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindow::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait_with_jitter(1, Duration::from_millis(50))?;
+    /// limiter.wait_with_jitter(1, Duration::from_millis(50))?;
+    /// let waited = clock.now().as_u64();
+    /// assert!((1_100_000_000..=1_150_000_000).contains(&waited));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_with_jitter(&self, n: u64, jitter: Duration) -> Result<Decision, CostError> {
+        self.rule.validate(n)?;
+        loop {
+            let decision = self.acquire(n);
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            self.clock.sleep(wait::pause(&decision, jitter));
+        }
+    }
+
+    /// Waits asynchronously, on tokio's timer, until cost `n` is admitted, and returns that
+    /// decision (feature `tokio`). Use it with a [`TokioClock`](crate::clock::TokioClock) to
+    /// test on tokio's paused time, or with the default clock in production.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, Nanos, TokioClock}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = SlidingWindow::with_clock(Quota::new(2, Duration::from_secs(1))?, TokioClock::new());
+    /// for _ in 0..3 {
+    ///     limiter.until_ready(1).await?;
+    /// }
+    /// assert_eq!(limiter.clock().now(), Nanos(1_100_000_000));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready(&self, n: u64) -> Result<Decision, CostError> {
+        self.until_ready_with_jitter(n, Duration::ZERO).await
+    }
+
+    /// [`SlidingWindow::until_ready`] with a random jitter of up to `jitter` added to each
+    /// wait (feature `tokio`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, TokioClock}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = SlidingWindow::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready_with_jitter(1, Duration::from_millis(50)).await?;
+    /// limiter.until_ready_with_jitter(1, Duration::from_millis(50)).await?;
+    /// assert!(limiter.clock().now().as_u64() >= 1_100_000_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready_with_jitter(
+        &self,
+        n: u64,
+        jitter: Duration,
+    ) -> Result<Decision, CostError> {
+        self.rule.validate(n)?;
+        loop {
+            let decision = self.acquire(n);
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            tokio::time::sleep(wait::pause(&decision, jitter)).await;
+        }
+    }
+
     /// The quota this limiter enforces.
     pub fn quota(&self) -> Quota {
         self.rule.quota
@@ -177,18 +283,22 @@ impl<C: Clock> SlidingWindow<C> {
     /// instead of 12 ns (`cargo bench --bench check -- check_allowed`).
     #[inline]
     fn acquire(&self, n: u64) -> Decision {
-        let now = || self.clock.now().0;
-        let decided = match &self.state {
-            State::Ring { ring, .. } => charge_ring(ring, &self.rule, now, n),
-            other => other.check(&self.rule, now, n, Op::Charge).map(|(d, _)| d),
-        };
-        decided.expect("a direct limiter's state is never retired")
+        match &self.state {
+            State::Ring { ring, .. } => {
+                match charge_ring(ring, &self.rule, || self.clock.now().0, n) {
+                    Some(decision) => decision,
+                    None => unreachable!("a direct limiter's state is never retired"),
+                }
+            }
+            _ => self.decide(n, Op::Charge).0,
+        }
     }
 
-    /// Judges `n` now under `op`, returning the decision and the reservation ticket.
+    /// Judges `n` now under `op`, returning the decision and the reservation ticket. Out of
+    /// line, so that the counter's check above stays small enough to be inlined.
     fn decide(&self, n: u64, op: Op) -> (Decision, u64) {
         self.state
-            .check(&self.rule, || self.clock.now().0, n, op)
+            .check_out_of_line(&self.rule, &|| self.clock.now().0, n, op)
             .expect("a direct limiter's state is never retired")
     }
 

@@ -126,6 +126,7 @@ mod keyed;
 mod multi;
 mod quota;
 mod sync;
+mod wait;
 mod window;
 
 pub use decision::{CostError, Decision};

@@ -11,6 +11,7 @@ pub(crate) mod store;
 use core::cell::OnceCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
+use core::time::Duration;
 use std::collections::HashMap;
 
 use crate::algo::sliding_counter::Rule;
@@ -20,6 +21,7 @@ use crate::multi::{Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{self, Mutex, Ordering};
+use crate::wait;
 use crate::window::Op;
 use crate::window::state::{State, charge_ring};
 
@@ -202,6 +204,133 @@ where
     pub fn peek(&self, key: &K) -> Decision {
         self.judge_only(key, 1, &epoch::pin())
             .expect("a cost of 1 is within every limit")
+    }
+
+    /// Gives back up to `n` units of room to `key` now, returning how many were freed; the
+    /// same meaning as [`SlidingWindow::refund`](crate::SlidingWindow::refund). A key the
+    /// limiter does not hold (never seen, or evicted) has nothing to give back: 0.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
+    /// limiter.check_n(&"k", 2)?;
+    /// assert!(!limiter.check(&"k").is_allowed());
+    /// assert_eq!(limiter.refund(&"k", 1), 1);
+    /// assert!(limiter.check(&"k").is_allowed());
+    /// assert_eq!(limiter.refund(&"unknown", 1), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, key: &K, n: u64) -> u64 {
+        let guard = &epoch::pin();
+        let rule = self.rule_for(key, guard);
+        let hash = self.store.hash(key);
+        let now = || self.clock.now().0;
+        self.store
+            .get(key, hash, guard)
+            .filter(|e| e.fits(Shape::of(&rule)))
+            .and_then(|e| e.state.refund(now, n))
+            .unwrap_or(0)
+    }
+
+    /// Blocks until cost `n` is admitted to `key`, then returns that decision; see
+    /// [`SlidingWindow::wait`](crate::SlidingWindow::wait).
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock, Nanos}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait(&"api.example.com", 1)?;
+    /// limiter.wait(&"api.example.com", 1)?;
+    /// assert_eq!(clock.now(), Nanos(1_100_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+        self.wait_with_jitter(key, n, Duration::ZERO)
+    }
+
+    /// [`KeyedLimiter::wait`] with a random jitter of up to `jitter` added to each wait.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait_with_jitter(&1, 1, Duration::from_millis(5))?;
+    /// limiter.wait_with_jitter(&1, 1, Duration::from_millis(5))?;
+    /// assert!((1_100_000_000..=1_105_000_000).contains(&clock.now().as_u64()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_with_jitter(
+        &self,
+        key: &K,
+        n: u64,
+        jitter: Duration,
+    ) -> Result<Decision, CostError> {
+        loop {
+            let decision = self.acquire(key, n)?;
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            self.clock.sleep(wait::pause(&decision, jitter));
+        }
+    }
+
+    /// Waits asynchronously, on tokio's timer, until cost `n` is admitted to `key` (feature
+    /// `tokio`); see [`SlidingWindow::until_ready`](crate::SlidingWindow::until_ready).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, Nanos, TokioClock}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready(&"host", 1).await?;
+    /// limiter.until_ready(&"host", 1).await?;
+    /// assert_eq!(limiter.clock().now(), Nanos(1_100_000_000));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+        self.until_ready_with_jitter(key, n, Duration::ZERO).await
+    }
+
+    /// [`KeyedLimiter::until_ready`] with a random jitter of up to `jitter` added to each
+    /// wait (feature `tokio`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, TokioClock}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready_with_jitter(&7, 1, Duration::from_millis(5)).await?;
+    /// limiter.until_ready_with_jitter(&7, 1, Duration::from_millis(5)).await?;
+    /// assert!(limiter.clock().now().as_u64() >= 1_100_000_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready_with_jitter(
+        &self,
+        key: &K,
+        n: u64,
+        jitter: Duration,
+    ) -> Result<Decision, CostError> {
+        loop {
+            let decision = self.acquire(key, n)?;
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            tokio::time::sleep(wait::pause(&decision, jitter)).await;
+        }
     }
 
     /// The number of keys held, idle keys not yet evicted included.
@@ -430,7 +559,7 @@ where
         n: u64,
         guard: &'g Guard,
         op: Op,
-    ) -> Result<(Decision, Option<(&'g State, u64)>), CostError> {
+    ) -> Result<(Decision, Option<Taken<'g>>), CostError> {
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
         let mut rule = self.rule_for(key, guard);
@@ -457,7 +586,7 @@ where
                 (State::Ring { ring, .. }, Op::Charge) => {
                     charge_ring(ring, &rule, now, n).map(|d| (d, 0))
                 }
-                (state, op) => state.check(&rule, now, n, op),
+                (state, op) => state.check_out_of_line(&rule, &now, n, op),
             };
             match decided {
                 Some((decision, ticket)) => {
@@ -499,6 +628,10 @@ where
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
     }
 }
+
+/// An allowed cost's state, alive while the epoch guard of the check is, and the
+/// reservation's ticket (see `State::check`).
+type Taken<'g> = (&'g State, u64);
 
 /// One key of a [`KeyedLimiter`], as a [`Limit`] of a [`check_all`](crate::check_all); made
 /// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely.
