@@ -287,7 +287,7 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
         });
     }
     if !entries.iter().any(|e| e.reference) {
-        // The library's exact log is not implemented yet (see run::CELLS_LANDED).
+        // The library's exact log is not implemented yet (see run::PENDING).
         entries.push(Entry {
             name: "ExactLog (model)".to_owned(),
             label: "ExactLog (model)".to_owned(),
