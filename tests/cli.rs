@@ -306,3 +306,33 @@ fn every_scenario_runs_and_is_deterministic() {
         assert_eq!(row(&a, "ExactLog", "")[WORST], "20");
     }
 }
+
+#[test]
+fn a_bare_slidegate_is_simulate_with_its_defaults() {
+    let dir = TempDir::new("bare");
+    let bare = succeeded(&slidegate(&dir.0, &[]));
+    assert!(
+        bare.contains("scenario mixed (seed 1, 1000 keys, 600s)"),
+        "{bare}"
+    );
+    assert!(bare.contains("quota L = 100 per 60s"), "{bare}");
+    assert!(bare.contains("chart: slidegate-simulate.svg"), "{bare}");
+    let svg = std::fs::read_to_string(dir.0.join("slidegate-simulate.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    let strip = |rows: Vec<Vec<String>>| -> Vec<Vec<String>> {
+        rows.into_iter()
+            .map(|mut r| {
+                r.pop();
+                r
+            })
+            .collect()
+    };
+    let rows = strip(table(&bare));
+    let explicit = strip(table(&succeeded(&slidegate(&dir.0, &["simulate"]))));
+    assert_eq!(rows, explicit);
+    for n in ["N=1)", "N=10)", "N=60)"] {
+        assert_eq!(row(&rows, "Strict", n)[WORST], "100", "Strict {n}");
+    }
+    assert_eq!(row(&rows, "FixedWindow", "")[WORST], "200");
+    assert_eq!(row(&rows, "ExactLog", "")[WRONGLY_DENIED], "0%");
+}
