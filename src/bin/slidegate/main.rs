@@ -82,7 +82,12 @@ struct Simulate {
     duration: Duration,
 
     /// How many keys the generated traffic uses (live at once, for churn).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with = "trace"
+    )]
     keys: u32,
 
     /// Mean requests per second per key [default: 1.25 × L / W, a quarter over the quota].

@@ -224,10 +224,17 @@ pub fn read(input: impl BufRead, limit: u64, skip_bad_lines: bool) -> Result<Tra
     let mut builder = TraceBuilder::default();
     let mut bad = Vec::new();
     let mut seen_data = false;
-    for (i, line) in input.split(b'\n').enumerate() {
-        let number = i + 1;
-        let line = line.map_err(ReadError::Io)?;
-        let outcome = match std::str::from_utf8(&line) {
+    let mut input = input;
+    let mut line = Vec::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line).map_err(ReadError::Io)? == 0 {
+            break;
+        }
+        number += 1;
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let outcome = match std::str::from_utf8(text) {
             Err(_) => Err(Problem::NotUtf8),
             Ok(text) => {
                 let text = text.strip_suffix('\r').unwrap_or(text).trim();
