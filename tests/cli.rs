@@ -191,6 +191,9 @@ fn a_malformed_trace_fails_naming_the_line_and_prints_no_table() {
     let trace = dir.file("order.csv", "2,a\n1,a\n");
     let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
     assert!(text(&out.stderr).contains("line 2: timestamp 1 is earlier"));
+    let trace = dir.file("zero.csv", "1,a,1\n1,a,0\n");
+    let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
+    assert!(text(&out.stderr).contains("line 2: cost must be at least 1, got 0"));
     let trace = dir.file("cost.csv", "1,a,7\n");
     let out = slidegate(
         &dir.0,

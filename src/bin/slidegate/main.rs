@@ -32,9 +32,11 @@ use crate::generate::{Params, Scenario};
 use crate::report::Row;
 use crate::trace::Trace;
 
-/// slidegate's command-line tool: see what each rate-limiting algorithm admits.
+/// slidegate's command-line tool: see what each rate-limiting algorithm admits on your traffic.
+///
+/// Without a command, runs `slidegate simulate` with its defaults.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -252,6 +254,21 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
         }
         if trace.bad_lines.len() > 5 {
             println!("  …");
+        }
+    }
+
+    // One limiter lives at a time; each may hold every key of the trace at once.
+    if let Some(a) = algorithms.iter().max_by_key(|a| a.quota.bytes_per_key()) {
+        let bytes = a.quota.bytes_per_key() as f64 * trace.keys.len() as f64;
+        if bytes > 4.0 * f64::from(1 << 30) {
+            eprintln!(
+                "warning: {} may need up to {:.1} GiB of state ({} keys × {} bytes); \
+                 lower --limit or the number of keys if memory runs out",
+                label(a),
+                bytes / f64::from(1 << 30),
+                trace.keys.len(),
+                a.quota.bytes_per_key()
+            );
         }
     }
 

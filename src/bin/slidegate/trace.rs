@@ -289,17 +289,19 @@ fn parse_line(text: &str, limit: u64, last: Option<u64>) -> Result<(u64, &str, u
     }
     let cost = match fields.get(2) {
         None => 1,
-        Some(text) => match text.parse::<u64>() {
-            Ok(c) if c >= 1 && text.bytes().all(|b| b.is_ascii_digit()) => c,
+        Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
             // Digits that overflow u64 are still a whole number: above any limit.
-            Err(_) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => u64::MAX,
-            _ => {
-                return Err(Problem::Cost {
-                    text: (*text).to_owned(),
-                });
-            }
-        },
+            text.parse::<u64>().unwrap_or(u64::MAX)
+        }
+        Some(text) => {
+            return Err(Problem::Cost {
+                text: (*text).to_owned(),
+            });
+        }
     };
+    if cost == 0 {
+        return Err(Problem::CostRejected(CostError::Zero));
+    }
     if cost > limit {
         return Err(Problem::CostRejected(CostError::ExceedsLimit {
             cost,
@@ -442,7 +444,7 @@ mod tests {
                 "1,a\n1,a\n# c\n1,a,abc\n",
                 "line 4: cost \"abc\" is not a whole number ≥ 1",
             ),
-            ("1,a,0\n", "line 1: cost \"0\" is not a whole number ≥ 1"),
+            ("1,a,0\n", "line 1: cost must be at least 1, got 0"),
             ("1,a,-2\n", "line 1: cost \"-2\" is not a whole number ≥ 1"),
             (
                 "1,a,11\n",
