@@ -56,6 +56,9 @@ fn draw(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Error>
         .max(chart.limit) as f64
         * 1.15;
 
+    // Enough decimals that the time labels differ (about five labels across the axis).
+    let decimals = (1.0 - x_max.log10().floor()).clamp(0.0, 9.0) as usize;
+
     let root = SVGBackend::new(path, (1100, 620)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut plot = ChartBuilder::on(&root)
@@ -65,10 +68,10 @@ fn draw(path: &Path, chart: &Chart<'_>) -> Result<(), Box<dyn std::error::Error>
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..x_max, 0f64..y_top)?;
     plot.configure_mesh()
-        .x_desc("time (s)")
+        .x_desc("seconds since the first request")
         .y_desc(chart.y_label.as_str())
         .light_line_style(WHITE)
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|x| format!("{x:.decimals$}"))
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
 

@@ -362,7 +362,8 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
                 .unwrap_or(0),
         };
     const BINS: usize = 600;
-    let width = (last - first).div_ceil(BINS as u64).max(1);
+    // BINS · width > last − first: the last request falls inside the last bin.
+    let width = (last - first) / BINS as u64 + 1;
     let series: Vec<chart::Series> = entries
         .iter()
         .map(|e| {
