@@ -1015,3 +1015,63 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, slidegate_loom))]
+mod loom_tests {
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::Arc;
+
+    /// Proves: a refund racing a fill (the clock advanced by another thread) and that
+    /// thread's check keeps the ring consistent. N = 1 bucket of 10 ns, L = 2, two units at
+    /// t = 5; thread A refunds 1 at the clock's time (5 or 15); thread B moves the clock to
+    /// 15 (a fill to bucket 1) and checks 1. After joining: the refund freed exactly 1, the
+    /// count is exact, the snapshots of the ring are monotone and never past the count, the
+    /// window at 15 holds exactly `2 − 1 + admitted` (the refunded unit is not back), which is
+    /// at most L (Strict safety relative to admitted − refunded), and B was admitted exactly
+    /// when the refund took effect first. Would fail without the barrier on `goal` (a fill
+    /// that read `cum` before the raise establishes bucket 1 below the raised bucket 0:
+    /// snapshots not monotone), if the raise went oldest first without re-checking, or if
+    /// the raise CAS did not require the slot's tag (a recycled slot overwritten).
+    #[test]
+    fn refund_racing_a_fill_and_a_check() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let ring = Arc::new(Ring::new(1));
+            let clock = Arc::new(AtomicU64::new(5));
+            let charged = ring.read(10, || 5, true, |r| r.tail(0) + 2 <= 2);
+            assert!(charged.is_some_and(|(ok, r)| ok && ring.try_charge(&r, 2)));
+            let a = {
+                let (ring, clock) = (ring.clone(), clock.clone());
+                thread::spawn(move || ring.refund(10, || clock.load(Ordering::Acquire), 1))
+            };
+            clock.store(15, Ordering::Release);
+            let b = loop {
+                let (ok, r) = ring.read(10, || 15, true, |r| r.tail(0) < 2).unwrap();
+                if !ok || ring.try_charge(&r, 1) {
+                    break ok;
+                }
+            };
+            assert_eq!(a.join().unwrap(), Some(1));
+            let admitted = 2 + u64::from(b);
+            assert_eq!(ring.admitted(), admitted);
+            let front = ring.front.load(Ordering::Relaxed);
+            let snaps: Vec<u32> = (front - 1..=front)
+                .map(|k| {
+                    let slot = ring.slot(k).load(Ordering::Relaxed);
+                    assert_eq!(tag_of(slot), k as u32);
+                    snapshot_of(slot)
+                })
+                .collect();
+            assert!(
+                snaps[0] <= snaps[1] && u64::from(snaps[1]) <= admitted,
+                "{snaps:?}"
+            );
+            let tail = ring.read(10, || 15, false, |r| r.tail(0)).unwrap().0;
+            assert_eq!(tail, admitted - 1);
+            assert!(tail <= 2);
+        });
+    }
+}
