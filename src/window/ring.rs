@@ -1074,4 +1074,52 @@ mod loom_tests {
             assert!(tail <= 2);
         });
     }
+
+    /// Proves: a fill that read `cum` before an admission and a refund that raises past it
+    /// leave the snapshots monotone. N = 1 bucket of 10 ns, L = 3, one unit at t = 5. Thread
+    /// A charges 1 at 5 and refunds 2 (target 2) at the clock's time; thread B moves the
+    /// clock to 15 and checks (a fill to bucket 1 that may read the count 1). After joining,
+    /// the snapshots are monotone and at most the count, and the window at 15 holds at most
+    /// the admitted units less those refunded. Would fail without the barrier on `goal`:
+    /// A raises bucket 0 to 2 after B's fill read 1 for bucket 1, and the refunded unit comes
+    /// back in bucket 1's window.
+    #[test]
+    fn refund_racing_a_fill_that_read_an_older_count() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let ring = Arc::new(Ring::new(1));
+            let clock = Arc::new(AtomicU64::new(5));
+            let charge = |ring: &Ring, t: u64| loop {
+                let (ok, r) = ring.read(10, || t, true, |r| r.tail(0) < 3).unwrap();
+                if !ok || ring.try_charge(&r, 1) {
+                    break ok;
+                }
+            };
+            assert!(charge(&ring, 5));
+            let a = {
+                let (ring, clock) = (ring.clone(), clock.clone());
+                thread::spawn(move || {
+                    let t = clock.load(Ordering::Acquire);
+                    assert!(charge(&ring, t));
+                    ring.refund(10, || clock.load(Ordering::Acquire), 2)
+                })
+            };
+            clock.store(15, Ordering::Release);
+            let b = charge(&ring, 15);
+            let freed = a.join().unwrap().unwrap();
+            let admitted = 2 + u64::from(b);
+            assert_eq!(ring.admitted(), admitted);
+            let front = ring.front.load(Ordering::Relaxed);
+            let snaps: Vec<u32> = (front - 1..=front)
+                .map(|k| snapshot_of(ring.slot(k).load(Ordering::Relaxed)))
+                .collect();
+            assert!(
+                snaps[0] <= snaps[1] && u64::from(snaps[1]) <= admitted,
+                "{snaps:?}"
+            );
+            let tail = ring.read(10, || 15, false, |r| r.tail(0)).unwrap().0;
+            assert!(tail <= 3, "{tail} {freed}");
+        });
+    }
 }
