@@ -145,9 +145,10 @@ fn keyed(c: &mut Criterion) {
     for key in 0..KEYS {
         assert!(naive.check(key));
     }
-    group.bench_function(BenchmarkId::new("naive", "mutex_hashmap_vecdeque_log"), |b| {
-        b.iter(|| black_box(naive.check(next())))
-    });
+    group.bench_function(
+        BenchmarkId::new("naive", "mutex_hashmap_vecdeque_log"),
+        |b| b.iter(|| black_box(naive.check(next()))),
+    );
     assert!(naive.check(0), "the naive log ran out of quota");
     group.finish();
 }

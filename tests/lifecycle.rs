@@ -40,7 +40,10 @@ fn wait_returns_at_the_earliest_admitting_instant() {
             assert!(d.is_allowed(), "{mode:?} #{i}");
             assert!(model.admits(t, n), "{mode:?} #{i}: admitted at {t}");
             if t > before {
-                assert!(!model.admits(t - 1, n), "{mode:?} #{i}: waited past {t} - 1");
+                assert!(
+                    !model.admits(t - 1, n),
+                    "{mode:?} #{i}: waited past {t} - 1"
+                );
             }
             model.record(t, n);
         }

@@ -503,9 +503,17 @@ impl Ring {
         }
     }
 
-    /// Frees up to `n` units of room now by expiring the oldest units counted in the window
-    /// of `now()`; returns how many (see "Refunds"). `None` if the ring is retired.
-    pub(crate) fn refund(&self, granularity: u64, now: impl Fn() -> u64, n: u64) -> Option<u64> {
+    /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
+    /// `b − N + skip ..= b` of the window of `now()` (`skip` is 0 for the sliding-window
+    /// counter, `N` for the fixed window, which counts bucket `b` alone); returns how many
+    /// (see "Refunds"). `None` if the ring is retired.
+    pub(crate) fn refund(
+        &self,
+        granularity: u64,
+        now: impl Fn() -> u64,
+        n: u64,
+        skip: u64,
+    ) -> Option<u64> {
         let backoff = Backoff::new();
         // At most 2³¹ − 1 per raise, so a stale reader always sees a raised snapshot as later
         // than its count (`Reading::tail`); no window holds more than a limit can admit.
@@ -514,8 +522,15 @@ impl Ring {
         while left > 0 {
             let ((front, from, counted), _) = self.read(granularity, &now, true, |r| {
                 // Count only: pending reservations are not refundable.
-                let counted = r.tail(0) - pending_of(r.cum);
-                (r.front, snapshot_of(r.oldest), counted)
+                let counted = r.tail(skip) - pending_of(r.cum);
+                // The snapshot of the oldest bucket refunded from: `tail(skip)` is the count
+                // less that snapshot (for `skip = 0`, the slot `read` already loaded).
+                let from = if skip == 0 {
+                    snapshot_of(r.oldest)
+                } else {
+                    (r.cum as u32).wrapping_sub(counted as u32)
+                };
+                (r.front, from, counted)
             })?;
             let raise = left.min(counted);
             if raise == 0 {
@@ -534,7 +549,7 @@ impl Ring {
                 self.help(front);
                 continue;
             }
-            match self.raise(front, from, to) {
+            match self.raise(front - self.buckets + skip, front, from, to) {
                 Raised::Oldest => {
                     freed += raise;
                     left -= raise;
@@ -548,10 +563,9 @@ impl Ring {
         Some(freed)
     }
 
-    /// Raises the snapshots of buckets `front ..= front − N`, newest first, to at least `to`;
+    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`;
     /// the last, the oldest, must still hold `from` (its raise is the refund's moment).
-    fn raise(&self, front: u64, from: u32, to: u32) -> Raised {
-        let oldest = front - self.buckets;
+    fn raise(&self, oldest: u64, front: u64, from: u32, to: u32) -> Raised {
         for k in (oldest..=front).rev() {
             let slot = self.slot(k);
             // Acquire: pairs with the Release of the CAS that established or raised it.
@@ -757,7 +771,7 @@ mod tests {
         }
         assert_eq!(tails(&ring, 25), [6, 3, 1]);
         // Refunding 4 expires bucket 0's 3 and one of bucket 1's.
-        assert_eq!(ring.refund(10, || 25, 4), Some(4));
+        assert_eq!(ring.refund(10, || 25, 4, 0), Some(4));
         assert_eq!(tails(&ring, 25), [2, 2, 1]);
         // The next bucket's window keeps what is left, not the refunded units.
         assert_eq!(tails(&ring, 35), [2, 1, 0]);
@@ -768,9 +782,9 @@ mod tests {
     fn refund_is_partial_when_the_window_holds_less() {
         let ring = Ring::new(2);
         assert!(charge_n(&ring, 0, 2, 5));
-        assert_eq!(ring.refund(10, || 5, 7), Some(2));
+        assert_eq!(ring.refund(10, || 5, 7, 0), Some(2));
         assert_eq!(tails(&ring, 5), [0, 0, 0]);
-        assert_eq!(ring.refund(10, || 5, 1), Some(0));
+        assert_eq!(ring.refund(10, || 5, 1, 0), Some(0));
         // Room is back: the full limit fits again.
         assert!(charge_n(&ring, 5, 5, 5));
     }
@@ -780,11 +794,11 @@ mod tests {
         // Units at bucket 0; a refund at bucket 3 (a window later) has nothing to free.
         let ring = Ring::new(2);
         assert!(charge_n(&ring, 0, 3, 5));
-        assert_eq!(ring.refund(10, || 35, 3), Some(0));
+        assert_eq!(ring.refund(10, || 35, 3, 0), Some(0));
         // Units across buckets 3 and 4, refunded at 4 after the fill to it.
         assert!(charge_n(&ring, 35, 2, 5));
         assert!(charge_n(&ring, 45, 2, 5));
-        assert_eq!(ring.refund(10, || 45, 3), Some(3));
+        assert_eq!(ring.refund(10, || 45, 3, 0), Some(3));
         assert_eq!(tails(&ring, 45), [1, 1, 1]);
         assert_eq!(tails(&ring, 55), [1, 1, 0]);
     }
@@ -794,11 +808,11 @@ mod tests {
         let ring = Ring::new(1);
         assert!(charge_n(&ring, 0, 1, 3));
         assert!(reserve(&ring, 0, 2, 3));
-        assert_eq!(ring.refund(10, || 0, 3), Some(1));
+        assert_eq!(ring.refund(10, || 0, 3, 0), Some(1));
         assert_eq!(tails(&ring, 0), [2, 2]);
         ring.release(2);
         assert!(ring.retire_now());
-        assert_eq!(ring.refund(10, || 0, 1), None);
+        assert_eq!(ring.refund(10, || 0, 1, 0), None);
     }
 
     #[test]
@@ -809,7 +823,7 @@ mod tests {
         assert!(charge_n(&ring, 0, 2, 5));
         // Raises both snapshots to 3, past the stale reading's count of 2; `tail(1)` loads
         // the newest slot afresh (`tail(0)` uses the oldest as `read` loaded it).
-        assert_eq!(ring.refund(10, || 0, 3), Some(3));
+        assert_eq!(ring.refund(10, || 0, 3, 0), Some(3));
         assert_eq!(stale.tail(0), 2);
         assert!(!stale.torn.get());
         assert_eq!(stale.tail(1), 0);
@@ -856,7 +870,7 @@ mod tests {
                 t += dt;
                 let b = t / 10;
                 if refund {
-                    let freed = ring.refund(10, || t, n);
+                    let freed = ring.refund(10, || t, n, 0);
                     proptest::prop_assert_eq!(freed, Some(model.refund(b, buckets, n)));
                 } else if n > 0 {
                     let ok = charge_n(&ring, t, n, limit);
@@ -1045,7 +1059,7 @@ mod loom_tests {
             assert!(charged.is_some_and(|(ok, r)| ok && ring.try_charge(&r, 2)));
             let a = {
                 let (ring, clock) = (ring.clone(), clock.clone());
-                thread::spawn(move || ring.refund(10, || clock.load(Ordering::Acquire), 1))
+                thread::spawn(move || ring.refund(10, || clock.load(Ordering::Acquire), 1, 0))
             };
             clock.store(15, Ordering::Release);
             let b = loop {
@@ -1102,7 +1116,7 @@ mod loom_tests {
                 thread::spawn(move || {
                     let t = clock.load(Ordering::Acquire);
                     assert!(charge(&ring, t));
-                    ring.refund(10, || clock.load(Ordering::Acquire), 2)
+                    ring.refund(10, || clock.load(Ordering::Acquire), 2, 0)
                 })
             };
             clock.store(15, Ordering::Release);
