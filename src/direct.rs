@@ -159,7 +159,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// ```
     pub fn refund(&self, n: u64) -> u64 {
         self.state
-            .refund(|| self.clock.now().0, n)
+            .refund(&self.rule, || self.clock.now().0, n)
             .expect("a direct limiter's state is never retired")
     }
 

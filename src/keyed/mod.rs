@@ -230,7 +230,7 @@ where
         self.store
             .get(key, hash, guard)
             .filter(|e| e.fits(Shape::of(&rule)))
-            .and_then(|e| e.state.refund(now, n))
+            .and_then(|e| e.state.refund(&rule, now, n))
             .unwrap_or(0)
     }
 

@@ -183,17 +183,22 @@ impl State {
         match self {
             State::Ring { ring, .. } => ring.release(n),
             State::Log { log, .. } => log.release(n),
-            State::Gcra { rule, cell } => cell.release(rule, n, ticket, now()),
+            State::Gcra { rule, cell } => cell.release(rule, n, ticket, &now),
         }
     }
 
     /// Frees up to `n` units of room now (see `SlidingWindow::refund`); how many were freed,
     /// `None` if the state is retired.
-    pub(crate) fn refund(&self, now: impl Fn() -> u64, n: u64) -> Option<u64> {
+    pub(crate) fn refund(&self, rule: &Rule, now: impl Fn() -> u64, n: u64) -> Option<u64> {
         match self {
             State::Ring { granularity, ring } => {
-                let _ = (granularity, ring, now, n);
-                unimplemented!("Ring::refund lands with the gcra branch")
+                // The fixed window counts its current bucket alone.
+                let skip = if rule.quota.mode() == Mode::FixedWindow {
+                    rule.buckets
+                } else {
+                    0
+                };
+                ring.refund(*granularity, now, n, skip)
             }
             State::Log { window, log } => {
                 let t = now();
