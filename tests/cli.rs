@@ -161,6 +161,9 @@ fn the_boundary_attack_gets_2l_through_a_fixed_window_and_l_through_strict() {
     for n in ["N=1)", "N=10)", "N=60)"] {
         assert_eq!(row(&rows, "Strict", n)[WORST], "10", "Strict {n}");
     }
+    // GCRA lets a full burst through, then only what drips back: more than L, less than 2L.
+    let gcra: u64 = row(&rows, "GCRA", "")[WORST].parse().unwrap();
+    assert!((11..20).contains(&gcra), "GCRA worst {gcra}");
     // The fixed window admits requests the exact log denies.
     assert_ne!(row(&rows, "FixedWindow", "")[WRONGLY_ALLOWED], "0%");
 
