@@ -267,6 +267,13 @@ fn bad_arguments_are_the_library_config_errors_not_panics() {
         assert!(stderr.contains(want), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+    let out = slidegate(
+        &dir.0,
+        &["simulate", "--chart-key", "nobody", "--duration", "1s"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--chart-key \"nobody\" is not in the trace"));
+    assert!(!text(&out.stdout).contains("| algorithm"));
     // clap's own checks: a bad duration, a missing file.
     let out = slidegate(&dir.0, &["simulate", "--window", "60"]);
     assert_eq!(out.status.code(), Some(2));

@@ -257,6 +257,18 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
         }
     }
 
+    let keys = run::by_key(&trace);
+    let key =
+        match &args.chart_key {
+            Some(k) => trace.keys.iter().position(|x| x == k).ok_or_else(|| {
+                Failure::usage(format!("--chart-key \"{k}\" is not in the trace"))
+            })?,
+            // The most requests; the first such key on a tie.
+            None => (0..keys.len())
+                .max_by_key(|&k| (keys[k].len(), std::cmp::Reverse(k)))
+                .unwrap_or(0),
+        };
+
     // One limiter lives at a time; each may hold every key of the trace at once.
     if let Some(a) = algorithms.iter().max_by_key(|a| a.quota.bytes_per_key()) {
         let bytes = a.quota.bytes_per_key() as f64 * trace.keys.len() as f64;
@@ -326,7 +338,6 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
         .find(|e| e.reference)
         .map(|e| &e.replay.allowed)
         .ok_or_else(|| Failure::other("no reference algorithm"))?;
-    let keys = run::by_key(&trace);
     let rows: Vec<Row> = entries
         .iter()
         .map(|e| {
@@ -351,16 +362,6 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
     println!("{}", report::FOOTNOTE);
     println!();
 
-    let key =
-        match &args.chart_key {
-            Some(k) => trace.keys.iter().position(|x| x == k).ok_or_else(|| {
-                Failure::usage(format!("--chart-key \"{k}\" is not in the trace"))
-            })?,
-            // The most requests; the first such key on a tie.
-            None => (0..keys.len())
-                .max_by_key(|&k| (keys[k].len(), std::cmp::Reverse(k)))
-                .unwrap_or(0),
-        };
     const BINS: usize = 600;
     // BINS · width > last − first: the last request falls inside the last bin.
     let width = (last - first) / BINS as u64 + 1;
