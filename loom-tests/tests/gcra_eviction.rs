@@ -11,10 +11,9 @@
 // evicted, and a second check is denied.
 //
 // Would fail if retirement set the bit with a plain store instead of a CAS from the TAT it
-// judged idle (B's charge, landed in between, is forgotten: TAT 10 read from a fresh cell,
-// and the second check admitted), if a charge could CAS onto a retired word (its admission
-// counted on a dead cell), or if a check that found a retired cell did not look the key up
-// again (it would report a denial or panic).
+// judged idle (B's charge, landed in between, is forgotten with the unlinked cell: a peek
+// reads a fresh cell, TAT 10, and the second check is admitted), or if a charge could CAS
+// onto a retired word (its admission counted on a dead cell, the same symptom).
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;

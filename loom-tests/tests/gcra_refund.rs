@@ -11,8 +11,8 @@
 //
 // Would fail if the refund wrote its TAT with a plain store computed from a load that a
 // check's CAS overtook (the charge is lost: the final TAT is 10 too low, or three units are
-// admitted), if it subtracted `n·T` without the floor at now (a TAT below now: room beyond
-// `L`), or if it reported room it did not free.
+// admitted), or if it reported room it did not free. (Everything happens at t = 0, so the
+// refund's floor at now is not exercised here; the property tests pin it.)
 #![cfg(slidegate_loom)]
 
 use loom::thread;
