@@ -12,8 +12,8 @@
 //
 // Would fail if retirement set the bit with a plain store instead of a CAS from the TAT it
 // judged idle (B's charge, landed in between, is forgotten with the unlinked cell: a peek
-// reads a fresh cell, TAT 10, and the second check is admitted), or if a charge could CAS
-// onto a retired word (its admission counted on a dead cell, the same symptom).
+// reads a fresh cell, TAT 10, and the second check is admitted), or if a check judged a
+// retired word instead of looking the key up again (its decision is not a fresh cell's).
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
