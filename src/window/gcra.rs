@@ -88,7 +88,7 @@
 //!   no older than `now` (a clock monotone across threads).
 //! - [`Gcra::retire_now`]: `fetch_or`, whatever the cell holds (forced eviction).
 //!
-//! The loom models below check these claims on small cases.
+//! The loom models in `loom-tests/` (gcra_*.rs) check these claims on small cases.
 
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
