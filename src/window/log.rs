@@ -1107,3 +1107,293 @@ mod tests {
         assert_eq!(log.admitted(), 0);
     }
 }
+
+/// loom models of the log's protocol, on the log itself (the public limiters reach it once
+/// `Mode::ExactLog` is wired). Run with `RUSTFLAGS="--cfg slidegate_loom --cfg crossbeam_loom"
+/// CARGO_TARGET_DIR=target/loom cargo test --release --lib window::log`. Each model's comment
+/// says what it proves and which break it catches.
+#[cfg(all(test, slidegate_loom))]
+mod loom_tests {
+    use super::*;
+    use crate::sync::Arc;
+    use core::cell::Cell;
+    use loom::sync::atomic::AtomicU64 as Clock;
+    use loom::thread;
+
+    /// Every interleaving with at most 3 preemptions, as `loom-tests` runs its models.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    const W: u64 = 10;
+
+    /// A unit admitted at `time`, freed (by a refund) at `freed`, if it was.
+    #[derive(Clone, Copy, Debug)]
+    struct Unit {
+        time: u64,
+        freed: Option<u64>,
+    }
+
+    /// The definition, refunds included: at no time `s` do more than `limit` units admitted
+    /// in `(s − W, s]` and not freed by `s` count.
+    fn assert_safe(limit: u64, units: &[Unit]) {
+        for s in units.iter().map(|u| u.time) {
+            let count = units
+                .iter()
+                .filter(|u| u.time + W > s && u.time <= s && u.freed.is_none_or(|r| r > s))
+                .count() as u64;
+            assert!(count <= limit, "{count} > {limit} units at {s}: {units:?}");
+        }
+    }
+
+    /// The times of the units at positions `from..to` (none freed), read from the slots.
+    fn units(log: &Log, from: u32, to: u32) -> Vec<Unit> {
+        (from..to)
+            .map(|p| {
+                let slot = log.slot(p).load(Ordering::Relaxed);
+                assert!(log.written(slot, p), "position {p} never written");
+                assert_eq!(slot & FREED, 0);
+                Unit {
+                    time: time_of(stamp_of(slot)),
+                    freed: None,
+                }
+            })
+            .collect()
+    }
+
+    /// A conservative denial: a unit was in flight (claimed, not stored) throughout.
+    fn in_flight(d: &Decision) -> bool {
+        *d == Decision::new(false, d.limit(), 0, W, W)
+    }
+
+    // Model 1 — concurrent admission at the limit.
+    //
+    // Proves: three threads checking cost 1 at one instant against L = 2 admit at most 2;
+    // the count equals the number admitted (none lost, none phantom); the admitted see
+    // `remaining` 1 then 0, as in some sequential order; a denial is either exact (room
+    // gone, `retry_after` = W) or the documented conservative one while an admission is in
+    // flight, and then fewer than 2 were admitted only because of it.
+    // Would fail if admission were not one CAS from the value judged (`fetch_add`: three
+    // admitted), if a lost CAS were not re-judged, or if `remaining` came from a stale
+    // reading.
+    #[test]
+    fn three_checks_race_for_a_limit_of_two() {
+        model(|| {
+            let log = Arc::new(Log::new(2));
+            let handles: Vec<_> = (0..3)
+                .map(|_| {
+                    let log = log.clone();
+                    thread::spawn(move || log.check(2, W, || 0, 1, Op::Charge).unwrap())
+                })
+                .collect();
+            let ds: Vec<Decision> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            let allowed: Vec<&Decision> = ds.iter().filter(|d| d.is_allowed()).collect();
+            assert_eq!(log.admitted(), allowed.len() as u64, "{ds:?}");
+            assert!(allowed.len() <= 2, "{ds:?}");
+            let mut remaining: Vec<u64> = allowed.iter().map(|d| d.remaining()).collect();
+            remaining.sort_unstable();
+            let want: &[u64] = if allowed.len() == 2 { &[0, 1] } else { &[1] };
+            assert_eq!(remaining, want, "{ds:?}");
+            for d in ds.iter().filter(|d| !d.is_allowed()) {
+                assert!(
+                    *d == Decision::new(false, 2, 0, W, W) || in_flight(d),
+                    "{ds:?}"
+                );
+            }
+            if allowed.len() < 2 {
+                assert!(ds.iter().any(in_flight), "spurious denial: {ds:?}");
+            }
+            units(&log, 0, log.admitted() as u32);
+        });
+    }
+
+    // Model 2 — admission racing a stalled writer while its slot is reused.
+    //
+    // Proves: with L = 1 (one slot, reused by every admission), a unit admitted at 0, and a
+    // thread moving the clock to W while two threads check, at most one more unit is admitted,
+    // and never two within one window, whichever of them is descheduled between its CAS and
+    // its slot store: a check that finds the newest unit claimed but not stored never judges
+    // on the slot's previous occupant. The unit in flight is stored before anyone can claim
+    // past it (invariant 2).
+    // Would fail if the claimed-but-unwritten test were dropped (the second check would see
+    // the unit of time 0 in the reused slot, judge it outside at W, and admit a second unit at
+    // W), or if a check judged at a clock reading older than the newest stamp.
+    #[test]
+    fn admission_racing_a_stalled_writer_on_a_reused_slot() {
+        model(|| {
+            let log = Arc::new(Log::new(1));
+            assert!(log.check(1, W, || 0, 1, Op::Charge).unwrap().is_allowed());
+            let clock = Arc::new(Clock::new(0));
+            let tick = {
+                let clock = clock.clone();
+                thread::spawn(move || clock.store(W, Ordering::Relaxed))
+            };
+            let handles: Vec<_> = (0..2)
+                .map(|_| {
+                    let (log, clock) = (log.clone(), clock.clone());
+                    thread::spawn(move || {
+                        let seen = Cell::new(0);
+                        let now = || {
+                            seen.set(clock.load(Ordering::Relaxed));
+                            seen.get()
+                        };
+                        let d = log.check(1, W, now, 1, Op::Charge).unwrap();
+                        (d, seen.get())
+                    })
+                })
+                .collect();
+            tick.join().unwrap();
+            let runs: Vec<(Decision, u64)> =
+                handles.into_iter().map(|h| h.join().unwrap()).collect();
+            // A check reads the clock after acquiring the newest unit's store, so (the clock
+            // being monotone) its last reading is the time it judged and stamped at.
+            let mut all = vec![Unit {
+                time: 0,
+                freed: None,
+            }];
+            all.extend(
+                runs.iter()
+                    .filter(|(d, _)| d.is_allowed())
+                    .map(|&(_, t)| Unit {
+                        time: t,
+                        freed: None,
+                    }),
+            );
+            assert_safe(1, &all);
+            assert_eq!(log.admitted(), all.len() as u64, "{runs:?}");
+            let h = log.admitted() as u32;
+            assert_eq!(units(&log, h - 1, h)[0].time, all.last().unwrap().time);
+        });
+    }
+
+    // Model 3 — a reservation (then committed or released) racing a check, L = 1.
+    //
+    // Proves: a reservation holds its room against a concurrent check (never both admitted),
+    // a commit turns it into exactly one unit stamped no earlier than it was judged, and a
+    // release leaves no trace: afterwards the count is what the charges made, pending is 0,
+    // and a fresh check is admitted iff no charge was.
+    // Would fail if a check did not count pending (both admitted), if commit were not one CAS
+    // `count += n, pending −= n` (a lost or doubled unit), or if release touched the count.
+    #[test]
+    fn a_reservation_racing_a_check() {
+        for commit in [true, false] {
+            model(move || {
+                let log = Arc::new(Log::new(1));
+                let reserver = {
+                    let log = log.clone();
+                    thread::spawn(move || {
+                        let d = log.check(1, W, || 0, 1, Op::Reserve).unwrap();
+                        if d.is_allowed() {
+                            if commit {
+                                assert!(log.commit(1, || 0));
+                            } else {
+                                log.release(1);
+                            }
+                        }
+                        d.is_allowed()
+                    })
+                };
+                let checker = {
+                    let log = log.clone();
+                    thread::spawn(move || log.check(1, W, || 0, 1, Op::Charge).unwrap())
+                };
+                let reserved = reserver.join().unwrap();
+                let checked = checker.join().unwrap();
+                // Room for one: a committed reservation and a charge cannot both be in it (a
+                // released one may be followed by the charge).
+                assert!(!(reserved && commit && checked.is_allowed()), "{checked:?}");
+                let charged = u64::from(checked.is_allowed()) + u64::from(reserved && commit);
+                assert_eq!(log.admitted(), charged);
+                assert_eq!(pending_of(log.cum.load(Ordering::Relaxed)), 0);
+                let fresh = log.check(1, W, || 0, 1, Op::Peek).unwrap();
+                assert_eq!(fresh.is_allowed(), charged == 0, "{fresh:?}");
+                units(&log, 0, charged as u32);
+            });
+        }
+    }
+
+    // Model 4 — a refund racing a check whose clock is behind it.
+    //
+    // Proves: L = 2 with units at 0 and 5; a refund of 1 at 12 and a check of 2 reading 9
+    // (a thread whose clock lags) never together admit more than the definition allows, with
+    // refunded units counted until the refund's time; the refund frees exactly the unit at 5;
+    // stamps stay sorted.
+    // Would fail if a refund replaced the unit's time by "empty" (the spec's version): the
+    // check, judging at 9, would find the newest unit outside and admit two more at 9 beside
+    // the unit at 0 — three in (−1, 9].
+    #[test]
+    fn a_refund_racing_a_check_behind_it() {
+        model(|| {
+            let log = Arc::new(Log::new(4));
+            assert!(log.check(2, W, || 0, 1, Op::Charge).unwrap().is_allowed());
+            assert!(log.check(2, W, || 5, 1, Op::Charge).unwrap().is_allowed());
+            let refund = {
+                let log = log.clone();
+                thread::spawn(move || log.refund(W, 12, 1))
+            };
+            let checker = {
+                let log = log.clone();
+                thread::spawn(move || log.check(2, W, || 9, 2, Op::Charge).unwrap())
+            };
+            let freed = refund.join().unwrap();
+            let checked = checker.join().unwrap();
+            assert_eq!(freed, 1);
+            let mut all = vec![
+                Unit {
+                    time: 0,
+                    freed: None,
+                },
+                Unit {
+                    time: 5,
+                    freed: Some(12),
+                },
+            ];
+            if checked.is_allowed() {
+                all.extend(units(&log, 2, 4));
+            }
+            assert_safe(2, &all);
+            assert_eq!(log.admitted(), if checked.is_allowed() { 4 } else { 2 });
+            let stamps: Vec<u64> = (0..log.admitted() as u32)
+                .map(|p| stamp_of(log.slot(p).load(Ordering::Relaxed)))
+                .collect();
+            assert!(stamps.is_sorted(), "{stamps:?}");
+        });
+    }
+
+    // Model 5 — idle retirement racing a check.
+    //
+    // Proves: with a unit at 0 (L = 1), a retirement at W and a check at W never lose the
+    // check's admission: if the log was retired, the check was either admitted before (and
+    // the retirement, seeing it, refused) or got `None` (its CAS failed on the retired word)
+    // and must go to a fresh log; if admitted, it is counted in the live log.
+    // Would fail if the retirement stored `RETIRED` instead of CASing from the value judged
+    // idle, or if it judged a newest unit claimed but not stored by its slot's old contents
+    // (the unit at 0, outside at W): then it retires a log holding the new unit.
+    #[test]
+    fn idle_retirement_racing_a_check() {
+        model(|| {
+            let log = Arc::new(Log::new(1));
+            assert!(log.check(1, W, || 0, 1, Op::Charge).unwrap().is_allowed());
+            let retirer = {
+                let log = log.clone();
+                thread::spawn(move || log.retire_idle(W, W))
+            };
+            let checker = {
+                let log = log.clone();
+                thread::spawn(move || log.check(1, W, || W, 1, Op::Charge))
+            };
+            let retired = retirer.join().unwrap();
+            let checked = checker.join().unwrap();
+            match checked {
+                None => assert!(retired && log.admitted() == 1),
+                Some(d) => {
+                    assert!(d.is_allowed() || in_flight(&d), "{d:?}");
+                    assert!(!retired || !d.is_allowed(), "admission lost: {d:?}");
+                    assert_eq!(log.admitted(), 1 + u64::from(d.is_allowed()));
+                }
+            }
+        });
+    }
+}
