@@ -73,12 +73,23 @@ impl fmt::Display for Nanos {
 pub trait Clock: Send + Sync {
     /// The current time.
     fn now(&self) -> Nanos;
+
+    /// Blocks the calling thread until `duration` has passed on this clock: what a blocking
+    /// `wait` does between checks. Sleeps the thread by default; a [`ManualClock`] advances
+    /// itself instead, so code that waits on a limiter can be tested without sleeping.
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now(&self) -> Nanos {
         (**self).now()
+    }
+
+    fn sleep(&self, duration: Duration) {
+        (**self).sleep(duration);
     }
 }
 
@@ -196,5 +207,66 @@ impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         // Relaxed: see `advance`.
         Nanos(self.nanos.load(Ordering::Relaxed))
+    }
+
+    /// Advances the clock by `duration` and returns at once: simulated time passes.
+    ///
+    /// ```
+    /// use slidegate::clock::{Clock, ManualClock, Nanos};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.sleep(Duration::from_secs(3600));
+    /// assert_eq!(clock.now(), Nanos(3_600_000_000_000));
+    /// ```
+    fn sleep(&self, duration: Duration) {
+        self.advance(duration);
+    }
+}
+
+/// Tokio's clock (`tokio::time::Instant`), behind the `tokio` feature: a limiter on it sees
+/// time as tokio does, so under `tokio::time::pause` (e.g. `#[tokio::test(start_paused =
+/// true)]`) [`until_ready`](crate::SlidingWindow::until_ready) runs on virtual time and
+/// tests never sleep. Its origin is its creation; clones share it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use slidegate::clock::{Clock, Nanos, TokioClock};
+/// use std::time::Duration;
+///
+/// let clock = TokioClock::new();
+/// tokio::time::sleep(Duration::from_secs(5)).await; // instant: time is paused
+/// assert_eq!(clock.now(), Nanos(5_000_000_000));
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.origin))
     }
 }

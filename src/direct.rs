@@ -2,15 +2,17 @@
 
 use core::cell::OnceCell;
 use core::fmt;
+use core::time::Duration;
 
 use crate::algo::sliding_counter::Rule;
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::multi::{self, Limit, sealed};
 use crate::quota::Quota;
-use crate::sync::Backoff;
 use crate::sync::epoch::Guard;
-use crate::window::ring::{Effect, Ring};
+use crate::wait;
+use crate::window::Op;
+use crate::window::state::{Shape, State, charge_ring};
 
 /// A lock-free sliding-window rate limiter for one key.
 ///
@@ -38,7 +40,7 @@ use crate::window::ring::{Effect, Ring};
 /// ```
 pub struct SlidingWindow<C = QuantaClock> {
     rule: Rule,
-    ring: Ring,
+    state: State,
     clock: C,
 }
 
@@ -71,9 +73,10 @@ impl<C: Clock> SlidingWindow<C> {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let rule = Rule::new(quota);
         SlidingWindow {
-            rule: Rule::new(quota),
-            ring: Ring::new(quota.buckets()),
+            state: State::new(Shape::of(&rule)),
+            rule,
             clock,
         }
     }
@@ -127,14 +130,141 @@ impl<C: Clock> SlidingWindow<C> {
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn peek(&self) -> Decision {
-        let rule = &self.rule;
-        let decided = self.ring.decide(
-            rule.granularity,
-            || self.clock.now().0,
-            Effect::None,
-            |r| rule.judge(r.offset, 1, true, |j| r.tail(j)),
-        );
-        decided.expect("a direct limiter's ring is never retired")
+        self.decide(1, Op::Peek).0
+    }
+
+    /// Gives back up to `n` units of room now, for cost admitted earlier that should not
+    /// count (say, a request that failed upstream), and returns how many units it freed.
+    ///
+    /// One meaning for every [`Mode`](crate::Mode): the window holds up to `n` fewer units
+    /// from now on, taken from the *oldest* units it still counts (never more than it holds).
+    /// For the exact log and the sliding-window counter the refunded request's own units
+    /// therefore stay until they would have left, and the oldest ones leave early instead:
+    /// the same room now, and afterwards a limiter that can only be stricter than an exact
+    /// refund (never looser). For GCRA, whose state is one arrival time, it moves that time
+    /// back by `n` emission intervals, not before now: exact. For the fixed window the
+    /// current window's count drops by up to `n`.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = SlidingWindow::with_clock(Quota::new(3, Duration::from_secs(1))?, ManualClock::new());
+    /// assert!(limiter.check_n(3).unwrap().is_allowed());
+    /// assert!(!limiter.check().is_allowed());
+    /// assert_eq!(limiter.refund(1), 1); // the upstream call failed: give one back
+    /// assert!(limiter.check().is_allowed());
+    /// assert_eq!(limiter.refund(10), 3); // never more than the window holds
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, n: u64) -> u64 {
+        self.state
+            .refund(&self.rule, || self.clock.now().0, n)
+            .expect("a direct limiter's state is never retired")
+    }
+
+    /// Blocks until cost `n` is admitted, then returns that (allowed) decision: for
+    /// client-side throttling of outbound calls. Between checks it waits each denial's
+    /// `retry_after` through the clock's [`sleep`](Clock::sleep) (a thread sleep; a
+    /// [`ManualClock`](crate::clock::ManualClock) advances instead). A cost of zero or above
+    /// the limit is an error at once: no wait would admit it.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock, Nanos}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindow::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
+    /// for _ in 0..3 {
+    ///     limiter.wait(1)?;
+    /// }
+    /// // The third call waited until the first two left the window (Strict: 1.1 s).
+    /// assert_eq!(clock.now(), Nanos(1_100_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait(&self, n: u64) -> Result<Decision, CostError> {
+        self.wait_with_jitter(n, Duration::ZERO)
+    }
+
+    /// [`SlidingWindow::wait`], adding to each wait a random jitter of up to `jitter`, so
+    /// that clients denied together do not retry in lockstep.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindow::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait_with_jitter(1, Duration::from_millis(50))?;
+    /// limiter.wait_with_jitter(1, Duration::from_millis(50))?;
+    /// let waited = clock.now().as_u64();
+    /// assert!((1_100_000_000..=1_150_000_000).contains(&waited));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_with_jitter(&self, n: u64, jitter: Duration) -> Result<Decision, CostError> {
+        self.rule.validate(n)?;
+        loop {
+            let decision = self.acquire(n);
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            self.clock.sleep(wait::pause(&decision, jitter));
+        }
+    }
+
+    /// Waits asynchronously, on tokio's timer, until cost `n` is admitted, and returns that
+    /// decision (feature `tokio`). Use it with a [`TokioClock`](crate::clock::TokioClock) to
+    /// test on tokio's paused time, or with the default clock in production.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, Nanos, TokioClock}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = SlidingWindow::with_clock(Quota::new(2, Duration::from_secs(1))?, TokioClock::new());
+    /// for _ in 0..3 {
+    ///     limiter.until_ready(1).await?;
+    /// }
+    /// assert_eq!(limiter.clock().now(), Nanos(1_100_000_000));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready(&self, n: u64) -> Result<Decision, CostError> {
+        self.until_ready_with_jitter(n, Duration::ZERO).await
+    }
+
+    /// [`SlidingWindow::until_ready`] with a random jitter of up to `jitter` added to each
+    /// wait (feature `tokio`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, TokioClock}, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = SlidingWindow::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready_with_jitter(1, Duration::from_millis(50)).await?;
+    /// limiter.until_ready_with_jitter(1, Duration::from_millis(50)).await?;
+    /// assert!(limiter.clock().now().as_u64() >= 1_100_000_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready_with_jitter(
+        &self,
+        n: u64,
+        jitter: Duration,
+    ) -> Result<Decision, CostError> {
+        self.rule.validate(n)?;
+        loop {
+            let decision = self.acquire(n);
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            tokio::time::sleep(wait::pause(&decision, jitter)).await;
+        }
     }
 
     /// The quota this limiter enforces.
@@ -147,33 +277,36 @@ impl<C: Clock> SlidingWindow<C> {
         &self.clock
     }
 
-    // Hand-written rather than through `Ring::decide` (which the keyed limiter and
-    // `check_all` use): routed through it, the allowed check measured 20–27 ns instead of
-    // 12 ns (`cargo bench --bench check -- check_allowed`), because it stops being inlined.
+    /// Checks and charges `n`, already validated. The sliding-window counter's loop
+    /// ([`charge_ring`]) is called directly rather than through `State::check`, so that it
+    /// stays inlined: routed through `Ring::decide` the allowed check measured 20–27 ns
+    /// instead of 12 ns (`cargo bench --bench check -- check_allowed`).
     #[inline]
     fn acquire(&self, n: u64) -> Decision {
-        let backoff = Backoff::new();
-        loop {
-            let Some((decision, reading)) = self.ring.read(
-                self.rule.granularity,
-                || self.clock.now().0,
-                true,
-                |r| self.rule.judge(r.offset, n, false, |j| r.tail(j)),
-            ) else {
-                unreachable!("a direct limiter's ring is never retired")
-            };
-            if !decision.is_allowed() || self.ring.try_charge(&reading, n) {
-                return decision;
+        match &self.state {
+            State::Ring { ring, .. } => {
+                match charge_ring(ring, &self.rule, || self.clock.now().0, n) {
+                    Some(decision) => decision,
+                    None => unreachable!("a direct limiter's state is never retired"),
+                }
             }
-            // Lost the CAS to a concurrent admission: judge again against the new total.
-            backoff.spin();
+            _ => self.decide(n, Op::Charge).0,
         }
     }
 
-    /// The total cost this limiter has ever admitted (wrapping at 2³²). For tests and metrics.
+    /// Judges `n` now under `op`, returning the decision and the reservation ticket. Out of
+    /// line, so that the counter's check above stays small enough to be inlined.
+    fn decide(&self, n: u64, op: Op) -> (Decision, u64) {
+        self.state
+            .check_out_of_line(&self.rule, &|| self.clock.now().0, n, op)
+            .expect("a direct limiter's state is never retired")
+    }
+
+    /// The total cost ever admitted (wrapping at 2³²; 0 for GCRA, which keeps no count). For
+    /// tests and metrics.
     #[doc(hidden)]
     pub fn admitted_total(&self) -> u64 {
-        self.ring.admitted()
+        self.state.admitted()
     }
 }
 
@@ -185,9 +318,9 @@ impl<C: Clock> sealed::Reserve for SlidingWindow<C> {
         _pin: &'g OnceCell<Guard>,
     ) -> Result<sealed::Judged<'g>, CostError> {
         self.rule.validate(n)?;
-        match multi::judge_on(&self.ring, &self.rule, || self.clock.now().0, n, reserve) {
+        match multi::judge_on(&self.state, &self.rule, &self.clock, n, reserve) {
             Some(judged) => Ok(judged),
-            None => unreachable!("a direct limiter's ring is never retired"),
+            None => unreachable!("a direct limiter's state is never retired"),
         }
     }
 }

@@ -20,21 +20,27 @@
 //! # Ok::<(), slidegate::ConfigError>(())
 //! ```
 //!
-//! # The sliding-window counter
-//! A [`Quota`] of `L` per `W` is counted in `N = W / G` buckets of length `G`. Time `t`
-//! (nanoseconds from the clock's origin) falls in bucket `b(t) = t / G`; `C(i)` is the cost
-//! admitted in bucket `i`. Two [`Mode`]s read the buckets:
+//! # Algorithms
+//! A [`Quota`] of `L` per `W` is counted by the algorithm its [`Mode`] names; every limiter
+//! (direct, keyed, [`check_all`]) takes any of them and returns the same [`Decision`]. The
+//! sliding-window counter counts in `N = W / G` buckets of length `G`: time `t` (nanoseconds
+//! from the clock's origin) falls in bucket `b(t) = t / G`, and `C(i)` is the cost admitted in
+//! bucket `i`.
 //!
-//! | mode | admits cost `n` at `t` iff | guarantee |
-//! |---|---|---|
-//! | [`Mode::Strict`] (default) | `Σ C(i), i ∈ b−N ..= b` `+ n ≤ L` | never more than `L` in any interval of length `W`; may deny up to one bucket early |
-//! | [`Mode::Weighted`] | `Σ C(i), i ∈ b−N+1 ..= b` `+ C(b−N)·(1 − (t mod G)/G) + n ≤ L` | Cloudflare's interpolation; closer to `L` on smooth traffic, can over-admit on bursts |
+//! | mode | admits cost `n` at `t` iff | guarantee | state per key |
+//! |---|---|---|---|
+//! | [`Mode::Strict`] (default) | `Σ C(i), i ∈ b−N ..= b` `+ n ≤ L` | never more than `L` in any interval of length `W`; may deny up to one bucket early | `8·(N+1)` bytes + 40 |
+//! | [`Mode::Weighted`] | `Σ C(i), i ∈ b−N+1 ..= b` `+ C(b−N)·(1 − (t mod G)/G) + n ≤ L` | Cloudflare's interpolation; closer to `L` on smooth traffic, can over-admit on bursts | as Strict |
+//! | [`Mode::ExactLog`] | cost admitted in `(t − W, t]` `+ n ≤ L` | the definition itself, exact | 8 bytes per unit of `L` |
+//! | [`Mode::FixedWindow`] | `C(b) + n ≤ L` with `G = W` | the classic baseline; up to `2L` across a window boundary | as Strict with `N = 1` |
+//! | [`Mode::Gcra`] | `max(TAT, t) + n·T − t ≤ L·T`, `T = ⌈W/L⌉` | governor's token bucket: bursts of `L`, one unit back every `T` | one word |
 //!
 //! With `G = W` (one bucket), Weighted is exactly the two-counter sliding window Cloudflare
 //! describes in "How we built rate limiting capable of scaling to millions of domains" (2017).
 //! Strict's proof: the last request admitted in an interval `[s, s + W)` at time `t` saw the
 //! buckets `b(t) − N ..= b(t)`, and `b(t) − N ≤ b(s)`, so it saw everything admitted in
-//! `[s, t]`.
+//! `[s, t]`. How far each algorithm strays from the exact log on a given traffic is what
+//! `slidegate simulate` measures (see the README).
 //!
 //! # How it is stored
 //! One ever-increasing counter of admitted cost, `cum`, and a ring of `N + 1` snapshots of it,
@@ -44,6 +50,14 @@
 //! drifts. A stale snapshot is recognised by its tag and overwritten in place; expiry never
 //! needs a delete or a sweep. The protocol, and why it never over-admits, is documented in
 //! the source of `window/ring.rs` and checked with [loom] in the repository's `loom-tests/`.
+//! The fixed window is the same ring with one bucket, judged on the current bucket alone.
+//!
+//! The exact log keeps a ring of the last `L` admitted units' times behind a counter of
+//! units ever admitted: a check reads the counter and the one unit whose leaving the window
+//! decides the request (units are in time order), and claims its positions with one
+//! compare-and-swap (`window/log.rs`). GCRA keeps its theoretical arrival time in one word,
+//! updated by compare-and-swap (`window/gcra.rs`). All three protocols are lock-free and
+//! model-checked.
 //!
 //! # Decisions
 //! Every check returns a [`Decision`]: allowed or not, `remaining`, `retry_after` when denied
@@ -95,9 +109,21 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # The request lifecycle
+//! - [`SlidingWindow::peek`] judges without charging; [`SlidingWindow::check_n`] charges.
+//! - [`SlidingWindow::refund`] gives back room for cost admitted earlier (a request that
+//!   failed upstream): the window holds up to `n` fewer units from then on, taken from the
+//!   oldest units it counts — so, for the log and the counter, a limiter that can only be
+//!   stricter than an exact refund, never looser; GCRA moves its arrival time back exactly.
+//! - For outbound calls, [`SlidingWindow::wait`] blocks until a cost is admitted and, with
+//!   the `tokio` feature, [`SlidingWindow::until_ready`] awaits it; both can add a random
+//!   jitter to each wait. The keyed limiter has the same four per key.
+//!
 //! # Time
 //! Limiters read a [`clock::Clock`]. [`clock::QuantaClock`] (the default) reads the CPU's
-//! time-stamp counter; [`clock::ManualClock`] moves only when told to, for deterministic tests.
+//! time-stamp counter; [`clock::ManualClock`] moves only when told to (and its
+//! [`sleep`](clock::Clock::sleep) advances it), for deterministic tests; with the `tokio`
+//! feature, `clock::TokioClock` reads tokio's clock, so tests can run on paused time.
 //! Time never goes backwards as a limiter sees it: a reading older than the newest bucket a
 //! limiter has seen is read again once and, if still older, taken as the start of that bucket.
 //!
@@ -126,6 +152,7 @@ mod keyed;
 mod multi;
 mod quota;
 mod sync;
+mod wait;
 mod window;
 
 pub use decision::{CostError, Decision};

@@ -30,20 +30,33 @@ use core::cell::OnceCell;
 use core::time::Duration;
 
 use crate::algo::sliding_counter::Rule;
+use crate::clock::Clock;
 use crate::decision::{CostError, Decision};
 use crate::sync::epoch::Guard;
-use crate::window::ring::{Effect, Ring};
+use crate::window::Op;
+use crate::window::state::State;
 
 pub(crate) mod sealed {
     use core::cell::OnceCell;
 
-    use super::{CostError, Decision, Guard, Ring};
+    use super::{Clock, CostError, Decision, Guard, State};
 
     /// What a limit answered in [`check_all`](super::check_all): its decision for the cost,
-    /// and the ring holding the reservation if one was made.
+    /// and the reservation if one was made.
     pub struct Judged<'g> {
         pub(crate) decision: Decision,
-        pub(crate) reserved: Option<&'g Ring>,
+        pub(crate) reserved: Option<Reserved<'g>>,
+    }
+
+    /// A reservation held by [`check_all`](super::check_all).
+    #[derive(Clone, Copy)]
+    pub struct Reserved<'g> {
+        /// The state holding it.
+        pub(crate) state: &'g State,
+        /// The algorithm's ticket for a release.
+        pub(crate) ticket: u64,
+        /// The limit's clock, for stamping a commit or judging a release.
+        pub(crate) clock: &'g dyn Clock,
     }
 
     /// The protocol side of [`Limit`](super::Limit), not part of the public API.
@@ -61,7 +74,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::Judged;
+use sealed::{Judged, Reserved};
 
 /// One limit a request can be checked against with [`check_all`]: a
 /// [`SlidingWindow`](crate::SlidingWindow), or one key of a
@@ -174,7 +187,7 @@ impl MultiDecision {
 pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostError> {
     // Pinned only if a keyed limit needs it; it keeps reserved entries alive to the end.
     let guard = OnceCell::new();
-    let mut held: Vec<(&Ring, u64)> = Vec::with_capacity(limits.len());
+    let mut held: Vec<(Reserved<'_>, u64)> = Vec::with_capacity(limits.len());
     let mut remaining = u64::MAX;
     for (i, &(limit, n)) in limits.iter().enumerate() {
         let judged = match limit.judge_cost(n, true, &guard) {
@@ -185,8 +198,8 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
             }
         };
         remaining = remaining.min(judged.decision.remaining());
-        if let Some(ring) = judged.reserved {
-            held.push((ring, n));
+        if let Some(reserved) = judged.reserved {
+            held.push((reserved, n));
             continue;
         }
         // Denied: give back what was reserved before anything else, then judge the rest
@@ -204,12 +217,12 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
             retry_after,
         });
     }
-    for &(ring, n) in &held {
-        // `false` only if the ring was forcibly retired (a key evicted at `max_keys`, or
+    for &(r, n) in &held {
+        // `false` only if the state was forcibly retired (a key evicted at `max_keys`, or
         // whose quota changed shape) since the reservation: the reservation counts as
         // admitted before that retirement and is forgotten with everything it forgot. Other
         // limits may be committed already, and counts are never subtracted, so no redo.
-        let _ = ring.commit(n);
+        let _ = r.state.commit(n, || r.clock.now().0);
     }
     Ok(MultiDecision {
         denied_by: None,
@@ -218,9 +231,9 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
     })
 }
 
-fn release(held: &[(&Ring, u64)]) {
-    for &(ring, n) in held {
-        ring.release(n);
+fn release(held: &[(Reserved<'_>, u64)]) {
+    for &(r, n) in held {
+        r.state.release(n, r.ticket, || r.clock.now().0);
     }
 }
 
@@ -228,24 +241,22 @@ fn wait(d: &Decision) -> u64 {
     d.retry_after().map_or(0, |w| w.as_nanos() as u64)
 }
 
-/// Judges cost `n` on `ring` under `rule` at `now()`, reserving it if allowed and `reserve`
-/// is set (re-judging after a lost CAS). `None` if the ring is retired.
+/// Judges cost `n` on `state` under `rule` at `clock`'s now, reserving it if allowed and
+/// `reserve` is set (re-judging after a lost CAS). `None` if the state is retired.
 #[inline]
 pub(crate) fn judge_on<'r>(
-    ring: &'r Ring,
+    state: &'r State,
     rule: &Rule,
-    now: impl Fn() -> u64,
+    clock: &'r dyn Clock,
     n: u64,
     reserve: bool,
 ) -> Option<Judged<'r>> {
-    let effect = if reserve {
-        Effect::Reserve(n)
-    } else {
-        Effect::None
-    };
-    let decision = ring.decide(rule.granularity, now, effect, |r| {
-        rule.judge(r.offset, n, false, |j| r.tail(j))
-    })?;
-    let reserved = (reserve && decision.is_allowed()).then_some(ring);
+    let op = if reserve { Op::Reserve } else { Op::Peek };
+    let (decision, ticket) = state.check(rule, || clock.now().0, n, op)?;
+    let reserved = (reserve && decision.is_allowed()).then_some(Reserved {
+        state,
+        ticket,
+        clock,
+    });
     Some(Judged { decision, reserved })
 }

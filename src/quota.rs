@@ -15,7 +15,9 @@ pub const MAX_LIMIT: u64 = (1 << 31) - 1;
 /// The largest number of buckets (`window / granularity`) a [`Quota`] accepts.
 pub const MAX_BUCKETS: u64 = 65_536;
 
-/// How a sliding window counts the oldest bucket. See the crate documentation for the maths.
+/// Which algorithm counts a quota. See the crate documentation for the maths and the
+/// guarantees of each, and the `slidegate simulate` command for what each admits on your
+/// traffic.
 ///
 /// ```
 /// use slidegate::{Mode, Quota};
@@ -36,6 +38,19 @@ pub enum Mode {
     /// of it is still inside the window. Admits closer to `limit` on smooth traffic and may
     /// over-admit on bursts.
     Weighted,
+    /// The classic fixed window: counts only the current window `[k·W, (k + 1)·W)`, so up to
+    /// `2·limit` can pass in a `W`-long span across a boundary. Its granularity is the window
+    /// ([`Quota::with_mode`] sets it).
+    FixedWindow,
+    /// The exact sliding log: admits iff the cost admitted in `(t − W, t]` plus the request is
+    /// at most `limit` — the definition itself. Keeps the time of each of the last `limit`
+    /// admitted units: 8 bytes per unit of limit (rounded up to a power of two) per key.
+    /// The granularity is not used.
+    ExactLog,
+    /// GCRA (the generic cell rate algorithm, as in governor): a token bucket of `limit` units
+    /// refilled at one unit every `⌈W / limit⌉`; bursts of up to `limit` at once. One word per
+    /// key. The granularity is not used.
+    Gcra,
 }
 
 /// A quota given to a constructor of [`Quota`] is not one slidegate can honour.
@@ -75,6 +90,16 @@ pub enum ConfigError {
     /// `granularity` does not divide `window` into whole buckets.
     #[error("granularity {granularity:?} does not divide the window {window:?} into whole buckets")]
     GranularityDoesNotDivide {
+        /// The granularity asked for.
+        granularity: Duration,
+        /// The quota's window.
+        window: Duration,
+    },
+    /// A [`Mode::FixedWindow`] quota was given a granularity other than its window.
+    #[error(
+        "a fixed window counts whole windows: granularity {granularity:?} must equal the window {window:?}"
+    )]
+    FixedWindowGranularity {
         /// The granularity asked for.
         granularity: Duration,
         /// The quota's window.
@@ -166,6 +191,12 @@ impl Quota {
         if granularity.is_zero() {
             return Err(ConfigError::ZeroGranularity(granularity));
         }
+        if self.mode == Mode::FixedWindow && granularity != window {
+            return Err(ConfigError::FixedWindowGranularity {
+                granularity,
+                window,
+            });
+        }
         if granularity > window {
             return Err(ConfigError::GranularityExceedsWindow {
                 granularity,
@@ -193,9 +224,50 @@ impl Quota {
         })
     }
 
-    /// The same quota in another [`Mode`].
+    /// The same quota in another [`Mode`]. [`Mode::FixedWindow`] counts whole windows, so it
+    /// sets the granularity to the window.
+    ///
+    /// ```
+    /// use slidegate::{Mode, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let q = Quota::new(100, Duration::from_secs(60))?.with_mode(Mode::FixedWindow);
+    /// assert_eq!(q.granularity(), Duration::from_secs(60));
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
     pub fn with_mode(self, mode: Mode) -> Quota {
-        Quota { mode, ..self }
+        let granularity = if mode == Mode::FixedWindow {
+            self.window
+        } else {
+            self.granularity
+        };
+        Quota {
+            mode,
+            granularity,
+            ..self
+        }
+    }
+
+    /// The approximate bytes of state one key of this quota holds in a
+    /// [`KeyedLimiter`](crate::KeyedLimiter), besides the key itself and its slot in the table
+    /// (the state inline in the entry, plus its heap array if any).
+    ///
+    /// ```
+    /// use slidegate::{Mode, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let q = Quota::new(100, Duration::from_secs(60))?;
+    /// let (counter, gcra) = (q.bytes_per_key(), q.with_mode(Mode::Gcra).bytes_per_key());
+    /// assert!(gcra < counter);
+    /// assert!(q.with_mode(Mode::ExactLog).bytes_per_key() >= 8 * 128);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn bytes_per_key(&self) -> usize {
+        crate::window::state::Shape::of(&crate::algo::sliding_counter::Rule::new(*self)).bytes()
+    }
+
+    pub(crate) fn window_nanos(&self) -> u64 {
+        self.window
     }
 
     /// The most cost admitted in any window.
@@ -218,7 +290,7 @@ impl Quota {
         self.window / self.granularity
     }
 
-    /// How the oldest bucket is counted.
+    /// The algorithm that counts this quota.
     pub fn mode(&self) -> Mode {
         self.mode
     }

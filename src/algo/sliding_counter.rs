@@ -11,8 +11,11 @@
 
 use crate::decision::{CostError, Decision};
 use crate::quota::{Mode, Quota};
+use crate::window::gcra::GcraRule;
 
-/// A quota with the numbers the hot path needs precomputed.
+/// A quota with the numbers the hot path needs precomputed, for every algorithm: the
+/// sliding-window counter's are here; the exact log needs `limit` and `window`, GCRA its own
+/// [`GcraRule`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rule {
     pub(crate) quota: Quota,
@@ -21,6 +24,9 @@ pub(crate) struct Rule {
     /// `G` in nanoseconds.
     pub(crate) granularity: u64,
     pub(crate) limit: u64,
+    /// `W` in nanoseconds.
+    pub(crate) window: u64,
+    pub(crate) gcra: GcraRule,
 }
 
 impl Rule {
@@ -30,6 +36,8 @@ impl Rule {
             buckets: quota.buckets(),
             granularity: quota.granularity_nanos(),
             limit: quota.limit(),
+            window: quota.window_nanos(),
+            gcra: GcraRule::new(quota.limit(), quota.window_nanos()),
         }
     }
 
@@ -52,8 +60,10 @@ impl Rule {
     #[inline]
     pub(crate) fn judge(&self, r: u64, n: u64, peek: bool, tail: impl Fn(u64) -> u64) -> Decision {
         let d = match self.quota.mode() {
-            Mode::Strict => self.judge_strict(r, n, &tail),
             Mode::Weighted => self.judge_weighted(r, n, &tail),
+            Mode::FixedWindow => return self.judge_fixed(r, n, peek, &tail),
+            // The exact log and GCRA are judged by their own cells; Strict is the default.
+            _ => self.judge_strict(r, n, &tail),
         };
         if peek && d.is_allowed() {
             self.uncharged(d, r, n, tail)
@@ -119,6 +129,20 @@ impl Rule {
             retry,
             self.reset_after(r, &tail),
         )
+    }
+
+    /// The fixed window (`N = 1`, `G = W`): only the current bucket counts, `tail(1)`; a
+    /// denied cost fits once the next window starts (it is at most the limit).
+    fn judge_fixed(&self, r: u64, n: u64, peek: bool, tail: &impl Fn(u64) -> u64) -> Decision {
+        let (l, g) = (self.limit, self.granularity);
+        let used = tail(1);
+        let next = g - r;
+        if used + n > l {
+            return Decision::new(false, l, l.saturating_sub(used), next, next);
+        }
+        let charged = if peek { 0 } else { n };
+        let reset = if used + charged > 0 { next } else { 0 };
+        Decision::new(true, l, l - used - charged, 0, reset)
     }
 
     /// Earliest wait after which Weighted admits `n`. In bucket `b + j` the oldest bucket

@@ -11,6 +11,7 @@ pub(crate) mod store;
 use core::cell::OnceCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
+use core::time::Duration;
 use std::collections::HashMap;
 
 use crate::algo::sliding_counter::Rule;
@@ -19,8 +20,10 @@ use crate::decision::{CostError, Decision};
 use crate::multi::{Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
-use crate::sync::{self, Backoff, Mutex, Ordering};
-use crate::window::ring::{Effect, Reading, Ring};
+use crate::sync::{self, Mutex, Ordering};
+use crate::wait;
+use crate::window::Op;
+use crate::window::state::{State, charge_ring};
 
 use store::{Entry, Shape, Store};
 
@@ -199,8 +202,135 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn peek(&self, key: &K) -> Decision {
-        self.judge_only(key, 1, true, &epoch::pin())
+        self.judge_only(key, 1, &epoch::pin())
             .expect("a cost of 1 is within every limit")
+    }
+
+    /// Gives back up to `n` units of room to `key` now, returning how many were freed; the
+    /// same meaning as [`SlidingWindow::refund`](crate::SlidingWindow::refund). A key the
+    /// limiter does not hold (never seen, or evicted) has nothing to give back: 0.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
+    /// limiter.check_n(&"k", 2)?;
+    /// assert!(!limiter.check(&"k").is_allowed());
+    /// assert_eq!(limiter.refund(&"k", 1), 1);
+    /// assert!(limiter.check(&"k").is_allowed());
+    /// assert_eq!(limiter.refund(&"unknown", 1), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, key: &K, n: u64) -> u64 {
+        let guard = &epoch::pin();
+        let rule = self.rule_for(key, guard);
+        let hash = self.store.hash(key);
+        let now = || self.clock.now().0;
+        self.store
+            .get(key, hash, guard)
+            .filter(|e| e.fits(Shape::of(&rule)))
+            .and_then(|e| e.state.refund(&rule, now, n))
+            .unwrap_or(0)
+    }
+
+    /// Blocks until cost `n` is admitted to `key`, then returns that decision; see
+    /// [`SlidingWindow::wait`](crate::SlidingWindow::wait).
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock, Nanos}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait(&"api.example.com", 1)?;
+    /// limiter.wait(&"api.example.com", 1)?;
+    /// assert_eq!(clock.now(), Nanos(1_100_000_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+        self.wait_with_jitter(key, n, Duration::ZERO)
+    }
+
+    /// [`KeyedLimiter::wait`] with a random jitter of up to `jitter` added to each wait.
+    ///
+    /// ```
+    /// use slidegate::{clock::{Clock, ManualClock}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait_with_jitter(&1, 1, Duration::from_millis(5))?;
+    /// limiter.wait_with_jitter(&1, 1, Duration::from_millis(5))?;
+    /// assert!((1_100_000_000..=1_105_000_000).contains(&clock.now().as_u64()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_with_jitter(
+        &self,
+        key: &K,
+        n: u64,
+        jitter: Duration,
+    ) -> Result<Decision, CostError> {
+        loop {
+            let decision = self.acquire(key, n)?;
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            self.clock.sleep(wait::pause(&decision, jitter));
+        }
+    }
+
+    /// Waits asynchronously, on tokio's timer, until cost `n` is admitted to `key` (feature
+    /// `tokio`); see [`SlidingWindow::until_ready`](crate::SlidingWindow::until_ready).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, Nanos, TokioClock}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready(&"host", 1).await?;
+    /// limiter.until_ready(&"host", 1).await?;
+    /// assert_eq!(limiter.clock().now(), Nanos(1_100_000_000));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+        self.until_ready_with_jitter(key, n, Duration::ZERO).await
+    }
+
+    /// [`KeyedLimiter::until_ready`] with a random jitter of up to `jitter` added to each
+    /// wait (feature `tokio`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slidegate::{clock::{Clock, TokioClock}, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready_with_jitter(&7, 1, Duration::from_millis(5)).await?;
+    /// limiter.until_ready_with_jitter(&7, 1, Duration::from_millis(5)).await?;
+    /// assert!(limiter.clock().now().as_u64() >= 1_100_000_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn until_ready_with_jitter(
+        &self,
+        key: &K,
+        n: u64,
+        jitter: Duration,
+    ) -> Result<Decision, CostError> {
+        loop {
+            let decision = self.acquire(key, n)?;
+            if decision.is_allowed() {
+                return Ok(decision);
+            }
+            tokio::time::sleep(wait::pause(&decision, jitter)).await;
+        }
     }
 
     /// The number of keys held, idle keys not yet evicted included.
@@ -402,7 +532,7 @@ where
         let hash = self.store.hash(key);
         self.store
             .get(key, hash, &guard)
-            .map_or(0, |entry| entry.ring.admitted())
+            .map_or(0, |entry| entry.state.admitted())
     }
 
     /// The rule for `key`: its override, else the default.
@@ -415,63 +545,53 @@ where
     #[inline]
     fn acquire(&self, key: &K, n: u64) -> Result<Decision, CostError> {
         let guard = &epoch::pin();
-        self.take(key, n, guard, false)
+        self.take(key, n, guard, Op::Charge)
             .map(|(decision, _)| decision)
     }
 
-    /// Judges `n` on `key`'s live entry and, if allowed, charges it (or reserves it, for
-    /// `check_all`). Returns the decision and, when allowed, the entry's ring, alive while
-    /// `guard` is.
+    /// Judges `n` on `key`'s live entry and, if allowed, applies `op` (a charge, or a
+    /// reservation for `check_all`). Returns the decision and, when allowed, the entry's state
+    /// (alive while `guard` is) with the reservation's ticket.
     #[inline]
     fn take<'g>(
         &self,
         key: &K,
         n: u64,
         guard: &'g Guard,
-        reserve: bool,
-    ) -> Result<(Decision, Option<&'g Ring>), CostError> {
+        op: Op,
+    ) -> Result<(Decision, Option<Taken<'g>>), CostError> {
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
         let mut rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let mut entry: &Entry<K> = match self.store.get(key, hash, guard) {
-            Some(entry) if entry.fits(shape_of(&rule)) => entry,
+            Some(entry) if entry.fits(Shape::of(&rule)) => entry,
             _ => self.insert(key, hash, guard),
         };
-        let backoff = Backoff::new();
         loop {
-            if !entry.fits(shape_of(&rule)) {
+            if !entry.fits(Shape::of(&rule)) {
                 // The key's quota changed shape since `rule` was read (the insert path used
                 // the newer one): judge under the newer one.
                 rule = self.rule_for(key, guard);
                 rule.validate(n)?;
-                if !entry.fits(shape_of(&rule)) {
+                if !entry.fits(Shape::of(&rule)) {
                     entry = self.insert(key, hash, guard);
                 }
                 continue;
             }
-            // The read–judge–CAS loop of `Ring::decide`, written out: through `decide` this
-            // path stops being inlined and a check at 1k keys measured 33.6 ns instead of
-            // 26.5 (`cargo bench --bench keyed -- 'keyed_allowed/.*/1000$'`).
-            let read = entry.ring.read(rule.granularity, now, true, |r| {
-                rule.judge(r.offset, n, false, |j| r.tail(j))
-            });
-            match read {
-                Some((decision, reading)) => {
-                    if !decision.is_allowed() {
-                        return Ok((decision, None));
-                    }
-                    let taken = if reserve {
-                        entry.ring.try_reserve(&reading, n)
-                    } else {
-                        entry.ring.try_charge(&reading, n)
-                    };
-                    if taken {
-                        return Ok((decision, Some(&entry.ring)));
-                    }
-                    // Lost the CAS to a concurrent admission, or the entry was retired: judge
-                    // again (a retired ring then reads as `None`).
-                    backoff.spin();
+            // The sliding-window counter's charge is called directly rather than through
+            // `State::check`: routed through `Ring::decide` a check at 1k keys measured
+            // 33.6 ns instead of 26.5 (`cargo bench --bench keyed -- 'keyed_allowed/.*/1000$'`).
+            let decided = match (&entry.state, op) {
+                (State::Ring { ring, .. }, Op::Charge) => {
+                    charge_ring(ring, &rule, now, n).map(|d| (d, 0))
+                }
+                (state, op) => state.check_out_of_line(&rule, &now, n, op),
+            };
+            match decided {
+                Some((decision, ticket)) => {
+                    let taken = decision.is_allowed().then_some((&entry.state, ticket));
+                    return Ok((decision, taken));
                 }
                 // Retired: evicted (idle, so a fresh entry decides the same), forced out, or
                 // replaced by an entry of a newer shape. The writer path sees the store as it
@@ -481,42 +601,37 @@ where
         }
     }
 
-    /// Judges `n` on `key` (as a peek if `peek`) without writing anything.
-    fn judge_only(
-        &self,
-        key: &K,
-        n: u64,
-        peek: bool,
-        guard: &Guard,
-    ) -> Result<Decision, CostError> {
+    /// What a check of `n` on `key` would decide now, without writing anything (a peek).
+    fn judge_only(&self, key: &K, n: u64, guard: &Guard) -> Result<Decision, CostError> {
         let rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
-        let judge = |r: &Reading<'_>| rule.judge(r.offset, n, peek, |j| r.tail(j));
         let live = self
             .store
             .get(key, hash, guard)
-            .filter(|e| e.fits(shape_of(&rule)));
-        if let Some(decision) =
-            live.and_then(|e| e.ring.decide(rule.granularity, now, Effect::None, judge))
-        {
+            .filter(|e| e.fits(Shape::of(&rule)));
+        if let Some((decision, _)) = live.and_then(|e| e.state.check(&rule, now, n, Op::Peek)) {
             return Ok(decision);
         }
         // Absent, retired (so idle or forcibly evicted), or of another shape (the next check
         // starts it afresh): a fresh window.
-        Ok(rule.judge(now() % rule.granularity, n, peek, |_| 0))
+        Ok(State::peek_fresh(&rule, now(), n))
     }
 
     /// The writer path: `key`'s live entry, inserted if need be, of the shape of the key's
     /// quota as published when the store's lock is taken.
     #[cold]
     fn insert<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> &'g Entry<K> {
-        let shape = || shape_of(&self.rule_for(key, guard));
+        let shape = || Shape::of(&self.rule_for(key, guard));
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
     }
 }
+
+/// An allowed cost's state, alive while the epoch guard of the check is, and the
+/// reservation's ticket (see `State::check`).
+type Taken<'g> = (&'g State, u64);
 
 /// One key of a [`KeyedLimiter`], as a [`Limit`] of a [`check_all`](crate::check_all); made
 /// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely.
@@ -557,7 +672,7 @@ where
     ) -> Result<sealed::Judged<'g>, CostError> {
         let guard = pin.get_or_init(epoch::pin);
         if !reserve {
-            let decision = self.limiter.judge_only(self.key, n, false, guard)?;
+            let decision = self.limiter.judge_only(self.key, n, guard)?;
             return Ok(sealed::Judged {
                 decision,
                 reserved: None,
@@ -565,7 +680,13 @@ where
         }
         // The entry stays alive while `guard` is pinned, so until the caller commits or
         // releases the reservation.
-        let (decision, reserved) = self.limiter.take(self.key, n, guard, true)?;
+        let (decision, reserved) = self.limiter.take(self.key, n, guard, Op::Reserve)?;
+        let clock: &dyn Clock = &self.limiter.clock;
+        let reserved = reserved.map(|(state, ticket)| sealed::Reserved {
+            state,
+            ticket,
+            clock,
+        });
         Ok(sealed::Judged { decision, reserved })
     }
 }
@@ -729,14 +850,6 @@ impl<K, C, S> fmt::Debug for KeyedLimiterBuilder<K, C, S> {
             .field("quota", &self.quota)
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
-    }
-}
-
-#[inline]
-fn shape_of(rule: &Rule) -> Shape {
-    Shape {
-        granularity: rule.granularity,
-        buckets: rule.buckets,
     }
 }
 

@@ -5,7 +5,8 @@
 //! A table is a power-of-two array of slots; a slot is an atomic pointer
 //! ([`Atomic`](crate::sync::epoch) from crossbeam-epoch) that is *empty* (null), a *tombstone*
 //! (null with tag 1: a key was here, keep probing) or an entry. An entry is one allocation:
-//! hash, key, granularity and [`Ring`]; only the ring's snapshot array is a second one. A
+//! hash, key and [`State`] (for the sliding-window counter its granularity and ring); only
+//! the ring's snapshot array (or the exact log's) is a second one. A
 //! lookup of an existing key is one dependent load for the table, one per probed slot and
 //! then the entry itself — linear probing keeps the probed slots on one or two cache lines.
 //!
@@ -40,7 +41,9 @@ use core::hash::{BuildHasher, Hash};
 
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
 use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::window::ring::Ring;
+use crate::window::state::State;
+
+pub(crate) use crate::window::state::Shape;
 
 /// The tag that marks a null slot as a tombstone.
 const TOMBSTONE: usize = 1;
@@ -57,21 +60,10 @@ const SAMPLE: usize = 16;
 /// Slots `retain_recent` examines per lock acquisition.
 const CHUNK: usize = 1024;
 
-/// The window a key needs: entries of another shape are replaced, not reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Shape {
-    /// `G` in nanoseconds.
-    pub(crate) granularity: u64,
-    /// `N`.
-    pub(crate) buckets: u64,
-}
-
 /// One key's state.
 pub(crate) struct Entry<K> {
     hash: u64,
-    /// `G` of the ring; with the ring's `N`, the entry's [`Shape`].
-    pub(crate) granularity: u64,
-    pub(crate) ring: Ring,
+    pub(crate) state: State,
     pub(crate) key: K,
 }
 
@@ -79,16 +71,15 @@ impl<K> Entry<K> {
     fn new(hash: u64, key: K, shape: Shape) -> Entry<K> {
         Entry {
             hash,
-            granularity: shape.granularity,
-            ring: Ring::new(shape.buckets),
+            state: State::new(shape),
             key,
         }
     }
 
-    /// Whether the entry's window has `shape`.
+    /// Whether the entry's state has `shape`.
     #[inline]
     pub(crate) fn fits(&self, shape: Shape) -> bool {
-        self.granularity == shape.granularity && self.ring.buckets() == shape.buckets
+        self.state.fits(shape)
     }
 }
 
@@ -250,10 +241,10 @@ where
                     // Under the lock an entry in the table is live (retire and unlink happen
                     // together under it), so only a change of shape needs a new entry. Its
                     // counts are dropped on purpose: see `KeyedLimiter::quota_for`.
-                    if entry.fits(shape) && !entry.ring.is_retired() {
+                    if entry.fits(shape) && !entry.state.is_retired() {
                         return entry;
                     }
-                    entry.ring.retire_now();
+                    entry.state.retire_now();
                     let fresh = Owned::new(Entry::new(hash, key.clone(), shape)).into_shared(guard);
                     // Release: publishes the fresh entry's initialisation to lookups.
                     table.slots[i].store(fresh, Ordering::Release);
@@ -353,7 +344,7 @@ where
             }
             // SAFETY: as in `get`; only this writer unlinks, and it did not.
             let entry = unsafe { slot.deref() };
-            let active = entry.ring.last_active(entry.granularity);
+            let active = entry.state.last_active();
             if oldest.is_none_or(|(a, _)| active < a) {
                 oldest = Some((active, i));
             }
@@ -362,7 +353,7 @@ where
             let slot = table.slots[i].load(Ordering::Relaxed, guard);
             // SAFETY: as above.
             let entry = unsafe { slot.deref() };
-            entry.ring.retire_now();
+            entry.state.retire_now();
             self.unlink(writer, table, i, slot, guard);
             // Relaxed: a statistic.
             self.forced.fetch_add(1, Ordering::Relaxed);
@@ -384,7 +375,7 @@ where
         }
         // SAFETY: as in `get`.
         let entry = unsafe { slot.deref() };
-        if !entry.ring.retire_idle(entry.granularity, now) {
+        if !entry.state.retire_idle(now) {
             return false;
         }
         self.unlink(writer, table, i, slot, guard);
@@ -510,7 +501,7 @@ mod tests {
         fn write(&mut self, _: &[u8]) {}
     }
 
-    const SHAPE: Shape = Shape {
+    const SHAPE: Shape = Shape::Ring {
         granularity: 10,
         buckets: 2,
     };
@@ -520,8 +511,11 @@ mod tests {
         let guard = epoch::pin();
         let hash = store.hash(&key);
         let entry = store.get_or_insert(&key, hash, || SHAPE, now, &guard);
-        let read = entry.ring.read(SHAPE.granularity, || now, true, |_| ());
-        assert!(read.is_some_and(|((), r)| entry.ring.try_charge(&r, 1)));
+        let State::Ring { granularity, ring } = &entry.state else {
+            panic!("a ring shape makes a ring")
+        };
+        let read = ring.read(*granularity, || now, true, |_| ());
+        assert!(read.is_some_and(|((), r)| ring.try_charge(&r, 1)));
     }
 
     fn held<S: BuildHasher>(store: &Store<u32, S>, key: u32) -> bool {
@@ -580,7 +574,7 @@ mod tests {
         let guard = epoch::pin();
         for key in 0..1000 {
             let entry = store.get(&key, store.hash(&key), &guard);
-            assert_eq!(entry.map(|e| e.ring.admitted()), Some(1), "key {key}");
+            assert_eq!(entry.map(|e| e.state.admitted()), Some(1), "key {key}");
         }
         // Load at most 3/4.
         let table = store.table(&guard);

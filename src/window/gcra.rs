@@ -1,7 +1,104 @@
-//! GCRA: see /tmp/specs/gcra.md (to be replaced by the protocol's docs).
+//! GCRA: the theoretical arrival time (TAT) of the generic cell rate algorithm in one word.
+//!
+//! The rule is governor's virtual scheduling (ITU-T I.371's GCRA, as in governor's
+//! `src/gcra.rs`): with emission interval `T = ⌈W / L⌉` ns and tolerance `τ = L·T`, a cost
+//! `n` at time `t` is admitted iff `new − t ≤ τ`, where `base = max(TAT, t)` and
+//! `new = base + n·T`; admitting it moves the TAT to `new`. One unit of room comes back every
+//! `T`; an idle cell holds a burst of `L`. It is one implementation of the token bucket and
+//! of the leaky bucket as a meter.
+//!
+//! # State
+//! One `AtomicU64`: bits 0..63 the TAT, in ns since the clock's origin (times are `< 2⁶³`,
+//! about 292 years), bit 63 `RETIRED`. A fresh cell holds TAT 0, as empty as can be. Every
+//! TAT below the time of a reading is the same state to it (`max(TAT, t) = t`): this is what
+//! makes every argument below work with "equal for every later time".
+//!
+//! # Check ([`Gcra::check`])
+//! Load the TAT (Acquire), read the clock, judge ([`GcraRule::judge`]); a charge or a
+//! reservation is one compare-and-swap from the TAT judged to `new` (AcqRel). A lost CAS
+//! backs off and retries with a *fresh clock reading*: the winner's reading may be newer
+//! than ours, and judging its TAT at our older time would err toward denial and report a
+//! `retry_after` measured from the past; reading after the Acquire that saw its TAT makes
+//! our time at least the winner's, so each decision is the sequential rule's at its CAS
+//! (linearisable, for a clock monotone across threads). A peek loads once and writes nothing;
+//! a denial writes nothing.
+//!
+//! Reading older than the state: every TAT was written by a judgement at some `t_w` with
+//! `TAT − t_w ≤ τ`, so `TAT − τ` is a time already seen. A reading below it (a clock set
+//! back, or skew between cores) is judged at `TAT − τ` instead — design.md's "a reading
+//! older than one already seen is treated as the newest seen", as far as the cell can tell.
+//! For a monotone clock this never applies (the property tests pin it), and it changes no
+//! admission, only the `retry_after` of a denial.
+//!
+//! Arithmetic is exact: the judgement works in `u128` (`n·T` and `t + τ` may exceed `u64`
+//! for windows near 2⁶³ ns); only the stored TAT is capped at `MAX_TIME = 2⁶³ − 1` so that it
+//! never reaches `RETIRED` (a quota whose window is within `L` ns of 292 years can then free
+//! room up to `new − MAX_TIME` ns early; the sequential model in the tests caps the same way).
+//!
+//! # Reservations and release ([`Gcra::release`], for `check_all`)
+//! A reservation is a charge: `check(.., Op::Reserve)` CASes the TAT to `new` and returns it
+//! as the *ticket*. Committing it is doing nothing. Releasing it must leave no trace: the cell
+//! should end as if the reservation had never been made. Write `start = ticket − n·T` (the TAT
+//! the reservation started from, up to times below its reading, which are all the same
+//! state) and let the operations after it be admissions `x ↦ max(x, t_j) + c_j`. Their
+//! composition is `f(x) = max(x + a, m)` with `m ≤ now + a` when every `t_j ≤ now` (each
+//! `t_j` plus the costs after it). The TAT now is `S = f(ticket) ≥ ticket + a`, the TAT
+//! without us would be `R = f(start) = max(S − n·T, m)` when `S = ticket + a`. So
+//!
+//! > subtracting `Δ = min(n·T, ticket − now)` (nothing if `now ≥ ticket`) leaves a TAT
+//! > that is never below `R` up to times `≥ now`, and equals it when `now ≤ start`:
+//!
+//! `S − Δ ≥ ticket + a − (ticket − now) = now + a ≥ m`, and `S − Δ ≥ S − n·T`. The release
+//! gives back exactly the part of the reservation that has not drained by `now`.
+//!
+//! **Fixed from the spec.** The spec subtracted all of `n·T` whenever `now ≤ ticket`. That
+//! over-admits: with `T = 10`, `L = 3`, a reservation of 2 at `t = 0` (ticket 20, start 0),
+//! then a check of 1 at `t = 15` (TAT 30, allowed), then a release at 15: the spec leaves
+//! TAT 10 (3 units of room at 15), but without the reservation the check would have left
+//! `max(0, 15) + 10 = 25` (2 units). Any admission at a time in `(start, ticket]` clamps in
+//! the world without the reservation and not in ours. Also, `now` must bound the time of
+//! every admission folded into the TAT the release swaps, so it is read *after* each load of
+//! the TAT (Acquire, pairing with the admissions' Release CAS that follows their own clock
+//! read): [`Gcra::release`] takes the clock, not a reading taken before it was called (an
+//! admission between the two could have read a later time and clamped).
+//!
+//! Limit of the argument: a refund that races an outstanding reservation and frees more than
+//! the cell holds besides it (emptying the cell down to `now`) cannot tell reserved time from
+//! admitted time, so it may free the reservation's room, which a release then gives back a
+//! second time (at most `n` units, once). The ring keeps reservations in a separate field and
+//! has no such case; here it would cost a second word per cell.
+//!
+//! # Refund ([`Gcra::refund`])
+//! "Free up to `n` units of room now": `TAT' = max(TAT − n·T, now)` by CAS loop, and never
+//! above the TAT (a TAT already below `now` is empty; the spec's formula would have *raised*
+//! it to `now`, harmlessly but as a write, so it writes nothing then). Reports the room
+//! freed in whole units: the rise of `remaining` at `now`, `⌊(now+τ−TAT')/T⌋ −
+//! ⌊(now+τ−TAT)/T⌋`. It is `n` when the cell held `n·T` beyond `now`, otherwise the
+//! `⌈(TAT − now)/T⌉` units it held, a partly drained unit counting as one (the spec's
+//! `⌊(TAT − TAT')/T⌋` would report 1 for a cell whose `remaining` rose by 2). A stale `now`
+//! only floors at an older time, which is the same state to later readings.
+//!
+//! # Retirement (for stores that evict)
+//! - [`Gcra::retire_idle`]: if `TAT ≤ now`, CAS `TAT → TAT | RETIRED`. A cell with
+//!   `TAT ≤ now` answers every check at `now` or later exactly as a fresh one
+//!   (`max(TAT, t) = t = max(0, t)`); the CAS succeeding proves nothing changed since the
+//!   load, and a check that raced it either changed the TAT first (failing the retirement)
+//!   or fails its own CAS (expecting a TAT without the bit) and finds the key's new cell: no
+//!   admission is lost. As for the ring, this needs clock readings after the retirement to be
+//!   no older than `now` (a clock monotone across threads).
+//! - [`Gcra::retire_now`]: `fetch_or`, whatever the cell holds (forced eviction).
+//!
+//! The loom models below check these claims on small cases.
 
 use crate::decision::Decision;
+use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::Op;
+
+/// The bit of the word that marks a retired cell.
+const RETIRED: u64 = 1 << 63;
+
+/// The largest TAT stored (times are below 2⁶³ ns).
+const MAX_TIME: u64 = RETIRED - 1;
 
 /// GCRA's parameters for a quota of `limit` units per `window` ns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +111,15 @@ pub(crate) struct GcraRule {
     pub(crate) tolerance: u64,
 }
 
+/// What [`GcraRule::judge`] decided: the decision, and the TAT to write if it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// The decision to report.
+    pub(crate) decision: Decision,
+    /// The TAT an allowed charge or reservation writes (capped at `MAX_TIME`).
+    pub(crate) next: Option<u64>,
+}
+
 impl GcraRule {
     /// The rule for `limit` units per `window` ns (both ≥ 1, `window < 2⁶³`).
     pub(crate) fn new(limit: u64, window: u64) -> GcraRule {
@@ -24,15 +130,68 @@ impl GcraRule {
             tolerance: interval.saturating_mul(limit),
         }
     }
+
+    /// `τ` exactly (`L·T` may exceed `u64` by less than `L`; the field saturates).
+    #[inline]
+    fn tau(&self) -> u128 {
+        u128::from(self.limit) * u128::from(self.interval)
+    }
+
+    /// The pure rule: cost `n` (`1 ≤ n ≤ L`) at time `t` against `tat` (not retired).
+    #[inline]
+    pub(crate) fn judge(&self, tat: u64, t: u64, n: u64, op: Op) -> Verdict {
+        let (interval, tau) = (u128::from(self.interval), self.tau());
+        // A reading older than the state's newest lower bound is judged at that bound.
+        let t = u128::from(t.min(MAX_TIME)).max(u128::from(tat).saturating_sub(tau));
+        let tat = u128::from(tat);
+        let base = tat.max(t);
+        let new = base + u128::from(n) * interval;
+        let units = |room: u128| u64::try_from(room / interval).unwrap_or(u64::MAX);
+        let wait = |until: u128| u64::try_from(until.saturating_sub(t)).unwrap_or(u64::MAX);
+        let l = self.limit;
+        if new - t <= tau {
+            if op == Op::Peek {
+                let d = Decision::new(true, l, units(t + tau - base), 0, wait(tat));
+                return Verdict {
+                    decision: d,
+                    next: None,
+                };
+            }
+            let next = new.min(u128::from(MAX_TIME));
+            let d = Decision::new(true, l, units(t + tau - new), 0, wait(next));
+            return Verdict {
+                decision: d,
+                next: Some(next as u64),
+            };
+        }
+        let remaining = units((t + tau).saturating_sub(base));
+        let d = Decision::new(false, l, remaining, wait(new - tau), wait(tat));
+        Verdict {
+            decision: d,
+            next: None,
+        }
+    }
+
+    /// The room (whole units) a TAT leaves at `t`: `⌊(t + τ − max(TAT, t)) / T⌋`.
+    #[inline]
+    fn room(&self, tat: u64, t: u64) -> u64 {
+        let (t, tat) = (u128::from(t), u128::from(tat));
+        let room = (t + self.tau()).saturating_sub(tat.max(t)) / u128::from(self.interval);
+        u64::try_from(room).unwrap_or(u64::MAX)
+    }
 }
 
-/// A GCRA cell: the theoretical arrival time in one atomic word.
-pub(crate) struct Gcra {}
+/// A GCRA cell: the theoretical arrival time in one atomic word (see the module docs).
+pub(crate) struct Gcra {
+    tat: AtomicU64,
+}
 
 impl Gcra {
     /// A cell that has admitted nothing.
     pub(crate) fn new() -> Gcra {
-        Gcra {}
+        Gcra {
+            tat: AtomicU64::new(0),
+        }
     }
 
     /// Judges cost `n` (`1 ≤ n ≤ limit`, validated by the caller) at `now()`, applying `op`
@@ -45,42 +204,586 @@ impl Gcra {
         n: u64,
         op: Op,
     ) -> Option<(Decision, u64)> {
-        let _ = (rule, now, n, op);
-        unimplemented!()
+        let backoff = Backoff::new();
+        // Acquire: pairs with the Release of the CAS that wrote it, so the clock read next is
+        // no older than the writer's (for a clock monotone across threads).
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            if tat & RETIRED != 0 {
+                return None;
+            }
+            let verdict = rule.judge(tat, now(), n, op);
+            let Some(next) = verdict.next else {
+                return Some((verdict.decision, 0));
+            };
+            // AcqRel: Release publishes our clock reading before the TAT it justifies;
+            // Acquire on failure orders the retry's clock reading after the winner's.
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let ticket = if op == Op::Reserve { next } else { 0 };
+                    return Some((verdict.decision, ticket));
+                }
+                Err(seen) => {
+                    tat = seen;
+                    backoff.spin();
+                }
+            }
+        }
     }
 
-    /// Gives back a reservation of `n` made with `ticket`, at time `now`. Nothing on a
-    /// retired cell.
-    pub(crate) fn release(&self, rule: &GcraRule, n: u64, ticket: u64, now: u64) {
-        let _ = (rule, n, ticket, now);
-        unimplemented!()
+    /// Gives back a reservation of `n` that wrote `ticket`: subtracts the part of it that
+    /// has not drained by `now()`, `min(n·T, ticket − now)` (see "Reservations and release"
+    /// for why not all of `n·T`, and why the clock is read here). Nothing on a retired cell.
+    pub(crate) fn release(&self, rule: &GcraRule, n: u64, ticket: u64, now: impl Fn() -> u64) {
+        let backoff = Backoff::new();
+        let charge = n.saturating_mul(rule.interval);
+        // Acquire: pairs with the Release of every admission in the TAT, so the clock read
+        // next is no older than any of their readings.
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            if tat & RETIRED != 0 {
+                return;
+            }
+            let undrained = ticket.saturating_sub(now()).min(charge);
+            if undrained == 0 {
+                return;
+            }
+            // AcqRel: Release publishes the release like an admission; Acquire on failure
+            // orders the next clock reading after what the failed CAS saw.
+            match self.tat.compare_exchange_weak(
+                tat,
+                tat.saturating_sub(undrained),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(seen) => {
+                    tat = seen;
+                    backoff.spin();
+                }
+            }
+        }
     }
 
-    /// Frees up to `n` units of room now; returns how many were freed.
+    /// Frees up to `n` units of room now; returns how many were freed (the rise of
+    /// `remaining` at `now`, whole units). 0 on a retired cell.
     pub(crate) fn refund(&self, rule: &GcraRule, now: u64, n: u64) -> u64 {
-        let _ = (rule, now, n);
-        unimplemented!()
+        let backoff = Backoff::new();
+        let give = n.saturating_mul(rule.interval);
+        // Relaxed: the CAS below validates it; a refund depends on no other memory.
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            if tat & RETIRED != 0 || tat <= now {
+                return 0;
+            }
+            let next = tat.saturating_sub(give).max(now);
+            // AcqRel: Release publishes the refund like an admission (a later check's
+            // Acquire then reads a time no older than `now`); Acquire orders it after the
+            // admissions it gives back.
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return rule.room(next, now) - rule.room(tat, now),
+                Err(seen) => {
+                    tat = seen;
+                    backoff.spin();
+                }
+            }
+        }
     }
 
     /// Retires the cell if it is as empty as a fresh one at `now`; `true` if this call did.
     pub(crate) fn retire_idle(&self, now: u64) -> bool {
-        let _ = now;
-        unimplemented!()
+        // Acquire: pairs with the Release of the admissions in the TAT (see `check`).
+        let tat = self.tat.load(Ordering::Acquire);
+        if tat & RETIRED != 0 || tat > now {
+            return false;
+        }
+        // AcqRel: success proves nothing changed since the load; the Release orders the
+        // retirement before the store's unlinking of the entry that follows.
+        self.tat
+            .compare_exchange(tat, tat | RETIRED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Retires the cell whatever it holds; `true` if this call retired it.
     pub(crate) fn retire_now(&self) -> bool {
-        unimplemented!()
+        // AcqRel: as in `retire_idle`; every later CAS fails, expecting a TAT without the bit.
+        self.tat.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED == 0
     }
 
     /// Whether the cell is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        unimplemented!()
+        // Relaxed: a hint for stores; decisions go through `check`'s Acquire.
+        self.tat.load(Ordering::Relaxed) & RETIRED != 0
     }
 
-    /// The time (ns) from which the cell was last charged, a recency for LRU choices.
+    /// The time (ns) from which the cell was last charged, a recency for LRU choices:
+    /// `TAT − τ`, a lower bound on the last charge's reading (its TAT was at most `τ` past
+    /// it), exact for a charge that used the whole tolerance. Among cells of one rule it
+    /// orders them by TAT, i.e. by when each becomes as empty as a fresh one.
     pub(crate) fn last_active(&self, rule: &GcraRule) -> u64 {
-        let _ = rule;
-        unimplemented!()
+        // Relaxed: a heuristic; a stale value only makes a worse eviction choice.
+        (self.tat.load(Ordering::Relaxed) & !RETIRED).saturating_sub(rule.tolerance)
+    }
+
+    /// The TAT, for tests.
+    #[cfg(test)]
+    fn tat(&self) -> u64 {
+        self.tat.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(slidegate_loom)))]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The sequential specification, written from the spec's formulas with no shared code:
+    /// a TAT and the rule, in `u128`, the TAT capped as the cell caps it.
+    #[derive(Clone, Copy, Debug)]
+    struct Model {
+        tat: u128,
+        l: u128,
+        t_: u128,
+        tau: u128,
+    }
+
+    impl Model {
+        fn new(rule: &GcraRule) -> Model {
+            let t_ = u128::from(rule.interval);
+            Model {
+                tat: 0,
+                l: u128::from(rule.limit),
+                t_,
+                tau: u128::from(rule.limit) * t_,
+            }
+        }
+
+        /// (allowed, remaining, retry_after, reset_after) of cost `n` at `t`, charging if
+        /// `charge` and allowed.
+        fn check(&mut self, t: u64, n: u64, charge: bool) -> (bool, u64, u64, u64) {
+            let (t, n) = (u128::from(t), u128::from(n));
+            let base = self.tat.max(t);
+            let new = base + n * self.t_;
+            let reset = |tat: u128| tat.saturating_sub(t) as u64;
+            if new - t <= self.tau {
+                if !charge {
+                    return (
+                        true,
+                        ((t + self.tau - base) / self.t_) as u64,
+                        0,
+                        reset(self.tat),
+                    );
+                }
+                self.tat = new.min(u128::from(MAX_TIME));
+                return (
+                    true,
+                    ((t + self.tau - new) / self.t_) as u64,
+                    0,
+                    reset(self.tat),
+                );
+            }
+            let remaining = ((t + self.tau).saturating_sub(base) / self.t_) as u64;
+            (
+                false,
+                remaining,
+                (new - self.tau - t) as u64,
+                reset(self.tat),
+            )
+        }
+
+        fn room(&self, t: u64) -> u128 {
+            let t = u128::from(t);
+            (t + self.tau - self.tat.max(t)) / self.t_
+        }
+
+        /// Frees up to `n` units of room at `t`; the rise of the room.
+        fn refund(&mut self, t: u64, n: u64) -> u64 {
+            let before = self.room(t);
+            let empty = u128::from(t);
+            if self.tat > empty {
+                self.tat = self.tat.saturating_sub(u128::from(n) * self.t_).max(empty);
+            }
+            let freed = self.room(t) - before;
+            assert!(freed <= u128::from(n) && freed <= self.l);
+            freed as u64
+        }
+    }
+
+    fn decision_of(d: Decision) -> (bool, u64, u64, u64) {
+        let retry = d.retry_after().map_or(0, |r| r.as_nanos() as u64);
+        (
+            d.is_allowed(),
+            d.remaining(),
+            retry,
+            d.reset_after().as_nanos() as u64,
+        )
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Step {
+        Check(u64),
+        Peek(u64),
+        Refund(u64),
+        /// Reserve `n`, then admit `m` after `gap` ns, then release at that time.
+        ReserveRelease {
+            n: u64,
+            m: u64,
+            gap: u64,
+        },
+        /// Reserve and keep (a committed reservation).
+        Reserve(u64),
+    }
+
+    fn step(limit: u64, interval: u64) -> impl Strategy<Value = (u64, Step)> {
+        let cost = 1..=limit;
+        let kind = prop_oneof![
+            3 => cost.clone().prop_map(Step::Check),
+            1 => cost.clone().prop_map(Step::Peek),
+            1 => (1..=limit + 2).prop_map(Step::Refund),
+            2 => (cost.clone(), cost.clone(), 0..=2 * interval * limit)
+                .prop_map(|(n, m, gap)| Step::ReserveRelease { n, m, gap }),
+            1 => cost.prop_map(Step::Reserve),
+        ];
+        // Clock steps: mostly within a few intervals, sometimes a window or more.
+        let dt = prop_oneof![4 => 0..=2 * interval, 1 => 0..=3 * interval * limit];
+        (dt, kind)
+    }
+
+    fn scenario() -> impl Strategy<Value = (u64, u64, Vec<(u64, Step)>)> {
+        (1u64..=5, 1u64..=60).prop_flat_map(|(limit, window)| {
+            let rule = GcraRule::new(limit, window);
+            (
+                Just(limit),
+                Just(window),
+                prop::collection::vec(step(limit, rule.interval), 1..40),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// Every decision equals the sequential model's; a release leaves exactly the state
+        /// without its reservation when nothing drained (`now ≤ ticket − n·T`) and never
+        /// less than it otherwise (for every time from `now` on).
+        #[test]
+        fn cell_equals_the_sequential_model((limit, window, steps) in scenario()) {
+            let rule = GcraRule::new(limit, window);
+            let cell = Gcra::new();
+            let mut model = Model::new(&rule);
+            let mut t = 0u64;
+            for (dt, s) in steps {
+                t += dt;
+                match s {
+                    Step::Check(n) | Step::Peek(n) | Step::Reserve(n) => {
+                        let op = match s {
+                            Step::Check(_) => Op::Charge,
+                            Step::Peek(_) => Op::Peek,
+                            _ => Op::Reserve,
+                        };
+                        let (d, ticket) = cell.check(&rule, || t, n, op).unwrap();
+                        let want = model.check(t, n, op != Op::Peek);
+                        prop_assert_eq!(decision_of(d), want, "{:?} at {}", s, t);
+                        if op == Op::Reserve && d.is_allowed() {
+                            prop_assert_eq!(ticket, cell.tat());
+                        }
+                    }
+                    Step::Refund(n) => {
+                        prop_assert_eq!(cell.refund(&rule, t, n), model.refund(t, n));
+                    }
+                    Step::ReserveRelease { n, m, gap } => {
+                        let (d, ticket) = cell.check(&rule, || t, n, Op::Reserve).unwrap();
+                        let ghost = model;
+                        prop_assert_eq!(decision_of(d), model.check(t, n, true));
+                        let t2 = t + gap;
+                        let (dm, _) = cell.check(&rule, || t2, m, Op::Charge).unwrap();
+                        prop_assert_eq!(decision_of(dm), model.check(t2, m, true));
+                        if !d.is_allowed() {
+                            t = t2;
+                            continue;
+                        }
+                        cell.release(&rule, n, ticket, || t2);
+                        // The state without the reservation: the admission, if it was made,
+                        // applied alone (a denied one left no trace in either).
+                        let mut without = ghost;
+                        if dm.is_allowed() {
+                            let t2 = u128::from(t2);
+                            without.tat = without.tat.max(t2) + u128::from(m) * without.t_;
+                        }
+                        let got = u128::from(cell.tat()).max(u128::from(t2));
+                        let exact = without.tat.max(u128::from(t2));
+                        prop_assert!(got >= exact, "release over-admits: {got} < {exact}");
+                        let start = u128::from(ticket) - u128::from(n * rule.interval);
+                        if u128::from(t2) <= start {
+                            prop_assert_eq!(got, exact, "release not exact");
+                        }
+                        model.tat = u128::from(cell.tat());
+                        t = t2;
+                    }
+                }
+                prop_assert_eq!(u128::from(cell.tat()), model.tat);
+            }
+        }
+    }
+
+    #[test]
+    fn a_fresh_cell_admits_a_burst_of_the_limit_at_time_zero() {
+        let rule = GcraRule::new(3, 30);
+        let cell = Gcra::new();
+        for left in [2, 1, 0] {
+            let (d, _) = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
+            assert!(d.is_allowed());
+            assert_eq!(d.remaining(), left);
+        }
+        let (d, _) = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Some(core::time::Duration::from_nanos(10)));
+        assert_eq!(d.reset_after(), core::time::Duration::from_nanos(30));
+    }
+
+    #[test]
+    fn limit_one_and_one_nanosecond_windows() {
+        let rule = GcraRule::new(1, 1);
+        assert_eq!((rule.interval, rule.tolerance), (1, 1));
+        let cell = Gcra::new();
+        assert!(
+            cell.check(&rule, || 0, 1, Op::Charge)
+                .unwrap()
+                .0
+                .is_allowed()
+        );
+        assert!(
+            !cell
+                .check(&rule, || 0, 1, Op::Charge)
+                .unwrap()
+                .0
+                .is_allowed()
+        );
+        assert!(
+            cell.check(&rule, || 1, 1, Op::Charge)
+                .unwrap()
+                .0
+                .is_allowed()
+        );
+    }
+
+    #[test]
+    fn the_largest_limit_and_window_do_not_overflow() {
+        let max_limit = crate::quota::MAX_LIMIT;
+        let huge = (1u64 << 63) - 1;
+        for (limit, window) in [(max_limit, huge), (3, huge), (1, huge), (max_limit, 1)] {
+            let rule = GcraRule::new(limit, window);
+            let cell = Gcra::new();
+            let mut model = Model::new(&rule);
+            // A full burst at t = 0, then checks at a gap of years and near the end of time.
+            for t in [0, 0, 1 << 40, 1 << 62, huge - 1, huge] {
+                let (d, _) = cell.check(&rule, || t, limit, Op::Charge).unwrap();
+                assert_eq!(
+                    decision_of(d),
+                    model.check(t, limit, true),
+                    "{limit} {window} {t}"
+                );
+                assert!(!cell.is_retired(), "a TAT reached the RETIRED bit");
+                assert_eq!(u128::from(cell.tat()), model.tat);
+            }
+        }
+    }
+
+    #[test]
+    fn refund_frees_whole_units_and_never_raises_the_tat() {
+        let rule = GcraRule::new(4, 40);
+        let cell = Gcra::new();
+        let _ = cell.check(&rule, || 0, 2, Op::Charge).unwrap();
+        // At 5 the cell holds 1.5 units: remaining 2; refunding 2 empties it: remaining 4.
+        assert_eq!(cell.refund(&rule, 5, 2), 2);
+        assert_eq!(cell.tat(), 5);
+        assert_eq!(
+            cell.refund(&rule, 7, 1),
+            0,
+            "an empty cell has nothing to free"
+        );
+        assert_eq!(cell.tat(), 5, "a refund raised the TAT");
+        let _ = cell.check(&rule, || 10, 3, Op::Charge).unwrap();
+        assert_eq!(cell.refund(&rule, 10, 1), 1);
+        assert_eq!(cell.tat(), 30);
+    }
+
+    #[test]
+    fn release_gives_back_only_the_undrained_part() {
+        // The spec's counter-example: T = 10, L = 3.
+        let rule = GcraRule::new(3, 30);
+        let cell = Gcra::new();
+        let (_, ticket) = cell.check(&rule, || 0, 2, Op::Reserve).unwrap();
+        assert_eq!(ticket, 20);
+        assert!(
+            cell.check(&rule, || 15, 1, Op::Charge)
+                .unwrap()
+                .0
+                .is_allowed()
+        );
+        cell.release(&rule, 2, ticket, || 15);
+        // Without the reservation the check leaves 25; subtracting all 20 would leave 10.
+        assert_eq!(cell.tat(), 25);
+        // Released at once, it is exact.
+        let cell = Gcra::new();
+        let (_, ticket) = cell.check(&rule, || 0, 2, Op::Reserve).unwrap();
+        cell.release(&rule, 2, ticket, || 0);
+        assert_eq!(cell.tat(), 0);
+        // Drained entirely: nothing to give back.
+        let (_, ticket) = cell.check(&rule, || 0, 1, Op::Reserve).unwrap();
+        cell.release(&rule, 1, ticket, || 10);
+        assert_eq!(cell.tat(), 10);
+    }
+
+    #[test]
+    fn a_clock_behind_the_state_is_judged_at_the_newest_time_seen() {
+        let rule = GcraRule::new(2, 20);
+        let cell = Gcra::new();
+        let _ = cell.check(&rule, || 100, 2, Op::Charge).unwrap();
+        // TAT 120, so a time ≥ 100 was seen; a reading of 0 is judged at 100.
+        let (d, _) = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
+        assert!(!d.is_allowed());
+        assert_eq!(d.retry_after(), Some(core::time::Duration::from_nanos(10)));
+    }
+
+    #[test]
+    fn retirement() {
+        let rule = GcraRule::new(2, 20);
+        let cell = Gcra::new();
+        let _ = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
+        assert!(!cell.retire_idle(9), "retired while holding a unit");
+        assert!(cell.retire_idle(10));
+        assert!(cell.is_retired());
+        assert!(!cell.retire_idle(10) && !cell.retire_now());
+        assert!(cell.check(&rule, || 10, 1, Op::Charge).is_none());
+        assert_eq!(cell.refund(&rule, 10, 1), 0);
+        cell.release(&rule, 1, 10, || 0);
+        assert_eq!(cell.tat(), 10 | RETIRED);
+        assert_eq!(cell.last_active(&rule), 0);
+        let cell = Gcra::new();
+        let _ = cell.check(&rule, || 50, 2, Op::Charge).unwrap();
+        assert_eq!(cell.last_active(&rule), 50);
+        assert!(cell.retire_now());
+    }
+}
+
+#[cfg(all(test, slidegate_loom))]
+mod loom_tests {
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::Arc;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    /// Proves: three charges at the limit (L = 2, one instant) admit exactly two, with
+    /// `remaining` 1 and 0, and the TAT holds exactly their cost. Would fail if a lost CAS
+    /// were not re-judged against the winner's TAT (three admitted), or if a charge wrote
+    /// with a plain store (a lost update: TAT below 2·T).
+    #[test]
+    fn admission_at_the_limit() {
+        model(|| {
+            let rule = GcraRule::new(2, 20);
+            let cell = Arc::new(Gcra::new());
+            let hs: Vec<_> = (0..3)
+                .map(|_| {
+                    let cell = cell.clone();
+                    thread::spawn(move || cell.check(&rule, || 0, 1, Op::Charge).unwrap().0)
+                })
+                .collect();
+            let ds: Vec<Decision> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            let mut left: Vec<u64> = ds
+                .iter()
+                .filter(|d| d.is_allowed())
+                .map(|d| d.remaining())
+                .collect();
+            left.sort_unstable();
+            assert_eq!(left, [0, 1], "{ds:?}");
+            assert_eq!(cell.tat(), 20);
+        });
+    }
+
+    /// Proves: a reservation released while a check races it leaves no trace (L = 2, so
+    /// the check is always admitted): the final TAT is exactly the check's charge, whichever
+    /// order the reserve, the check and the release take. Would fail if the release wrote a
+    /// TAT computed from a load the check's CAS overtook (the charge lost), or gave back more
+    /// than the undrained part.
+    #[test]
+    fn reserve_release_racing_a_check() {
+        model(|| {
+            let rule = GcraRule::new(2, 20);
+            let cell = Arc::new(Gcra::new());
+            let a = {
+                let cell = cell.clone();
+                thread::spawn(move || {
+                    let (d, ticket) = cell.check(&rule, || 0, 1, Op::Reserve).unwrap();
+                    assert!(d.is_allowed());
+                    cell.release(&rule, 1, ticket, || 0);
+                })
+            };
+            let b = cell.check(&rule, || 0, 1, Op::Charge).unwrap().0;
+            a.join().unwrap();
+            assert!(b.is_allowed());
+            assert_eq!(cell.tat(), 10);
+        });
+    }
+
+    /// Proves: a refund racing a check is one atomic step: with one unit held (L = 2) the
+    /// refund frees exactly that unit whether it comes before or after the check, the check
+    /// is admitted, and the TAT ends holding exactly the check. Would fail if the refund
+    /// wrote a TAT computed from a load the check's CAS overtook (the charge lost), or
+    /// reported room it did not free.
+    #[test]
+    fn refund_racing_a_check() {
+        model(|| {
+            let rule = GcraRule::new(2, 20);
+            let cell = Arc::new(Gcra::new());
+            let _ = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
+            let a = {
+                let cell = cell.clone();
+                thread::spawn(move || cell.refund(&rule, 0, 1))
+            };
+            let b = cell.check(&rule, || 0, 1, Op::Charge).unwrap().0;
+            assert_eq!(a.join().unwrap(), 1);
+            assert!(b.is_allowed());
+            assert_eq!(cell.tat(), 10);
+        });
+    }
+
+    /// Proves: an idle retirement racing a check loses no admission: a check that reports
+    /// an admission left it in a live cell, and a retired cell holds nothing a fresh one
+    /// would not. Would fail if retirement were a plain store of the bit (a charge landed
+    /// just before it is forgotten) or if a charge could CAS onto a retired word.
+    #[test]
+    fn retire_idle_racing_a_check() {
+        model(|| {
+            let rule = GcraRule::new(1, 10);
+            let cell = Arc::new(Gcra::new());
+            let _ = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
+            let a = {
+                let cell = cell.clone();
+                thread::spawn(move || cell.retire_idle(10))
+            };
+            let b = cell.check(&rule, || 10, 1, Op::Charge);
+            let retired = a.join().unwrap();
+            match b {
+                Some((d, _)) => {
+                    assert!(d.is_allowed() && !retired && !cell.is_retired());
+                    assert_eq!(cell.tat(), 20);
+                }
+                None => assert!(retired && cell.tat() == 10 | RETIRED),
+            }
+        });
     }
 }

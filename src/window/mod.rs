@@ -9,6 +9,7 @@
 pub(crate) mod gcra;
 pub(crate) mod log;
 pub(crate) mod ring;
+pub(crate) mod state;
 
 /// What a check does with a cost it allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

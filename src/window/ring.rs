@@ -110,6 +110,52 @@
 //! The multi-check cannot redo it instead: other limits may be committed already, and the
 //! count is never subtracted from. A release on a retired ring does nothing.
 //!
+//! # Refunds ([`Ring::refund`])
+//! A refund frees up to `n` units of room now by expiring the *oldest* units counted in the
+//! window: units are numbered by the count as they are admitted, and the window of bucket
+//! `b` counts those numbered after `snap[b − N]`. Expiring the oldest ones is raising
+//! snapshots; nothing is subtracted from the count, so checks racing a refund never see
+//! the count go back (no ABA on their CAS) and only judge conservatively.
+//!
+//! - Move the ring to the bucket of now (`read` with establish) and read `cum`'s count `c`
+//!   and the oldest snapshot `s = snap[k]`, `k = front − N`. The target is
+//!   `s' = s + min(n, c − s)`: never past the count, so pending reservations, which are not
+//!   in it, are never refunded.
+//! - *Barrier*: a no-op CAS of `goal` from `front` to `front`, which fails if a fill from
+//!   `front` was claimed. After it, every fill claims by a CAS that reads from it, so every
+//!   fill helper reads a `cum` at least `c ≥ s'` and establishes snapshots `≥ s'` (a fill's
+//!   `later(...)` only ever raises its snapshot further, and every value it takes is a `cum`
+//!   it read, so no snapshot ever exceeds the count). Without the barrier a fill that read
+//!   `cum` before the refund would establish a newer bucket below a raised older one, and the
+//!   refunded units would come back at the next bucket. A failed barrier helps the fill and
+//!   starts again.
+//! - *Raise* `snap[j]` to `max(snap[j], s')` for `j = front` down to `k`, each by CAS from
+//!   its exact loaded value with its tag required to be `j`. Newest first keeps the
+//!   snapshots monotone at every instant (`snap[j + 1]` is already `≥ s'` when `snap[j]` is
+//!   raised to it), so every tail is non-increasing for every reader. The last CAS, on
+//!   `snap[k]`, must find exactly `s`: it is the refund's moment, `freed = s' − s`. If another
+//!   refund raised it first, judge again (the newer target is at least ours, so our raises of
+//!   newer slots are subsumed). If a tag no longer matches, a fill recycled that slot (and
+//!   every older one: fills go oldest first): the ring moved on to a bucket whose window no
+//!   longer holds the oldest units we meant, which time has expired instead, and the live
+//!   slots are raised; `s' − s` is reported.
+//! - A reader whose `cum` was loaded before a refund's and whose slot load sees the raise
+//!   would compute a negative tail: [`Reading::tail`] treats a snapshot later than its count
+//!   as torn when the count has moved since (a raise past it requires that), and the reader
+//!   re-reads. One refund raises at most `2³¹ − 1` units, so such a snapshot is always later
+//!   in the wrapping order unless `2³¹` units are admitted while one reader stalls.
+//!
+//! *Strict stays safe relative to admitted − refunded*: the proof above holds with "counted"
+//! meaning admitted and not expired by a refund that took effect before the last judgement:
+//! every judgement reads `cum − snap[b − N]`, the units of its window that no refund expired;
+//! so in any `N + 1` buckets, admitted minus refunded (as of the last admission) is at most
+//! `L`. A refund never frees more than was counted, and never counts anything twice.
+//!
+//! *Weighted*: "oldest" is the same numbering, so a refund empties the oldest bucket first,
+//! the one weighed by `1 − r/G`: the room it frees now is its weighted share, less than the
+//! units expired (`freed` reports units, the same as for Strict), and the rest of the room
+//! comes back as the bucket slides out as usual.
+//!
 //! The loom models in `loom-tests/` check these claims on every interleaving of small cases.
 
 use core::cell::Cell;
@@ -188,6 +234,20 @@ pub(super) fn update_reserved(cum_word: &AtomicU64, change: impl Fn(u64) -> u64)
     }
 }
 
+/// The most one raise of a refund expires (see [`Ring::refund`]).
+const MAX_RAISE: u64 = (1 << 31) - 1;
+
+/// How [`Ring::raise`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Raised {
+    /// Every snapshot of the window, the oldest last, is at least the target.
+    Oldest,
+    /// The ring moved on while raising: the slots still live are raised.
+    Moved,
+    /// The oldest snapshot no longer held the value judged (a racing refund).
+    Lost,
+}
+
 /// What [`Ring::decide`] does with an allowed cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
@@ -250,12 +310,21 @@ impl Reading<'_> {
             // Acquire: pairs with the Release of the slot's establishing CAS.
             self.ring.slot(k).load(Ordering::Acquire)
         };
-        if tag_of(slot) != k as u32 {
+        let counted = (self.cum as u32).wrapping_sub(snapshot_of(slot));
+        if tag_of(slot) != k as u32 || ((counted as i32) < 0 && self.raised_past()) {
             self.torn.set(true);
             return 0;
         }
         // `cum` of a reading is never retired, so its high bits are the pending field.
-        u64::from((self.cum as u32).wrapping_sub(snapshot_of(slot))) + pending_of(self.cum)
+        u64::from(counted) + pending_of(self.cum)
+    }
+
+    /// Whether a snapshot that looks later than this reading's count was raised by a refund
+    /// past it (see "Refunds"): only possible if the count has moved since it was read.
+    #[cold]
+    fn raised_past(&self) -> bool {
+        // Acquire: as `read`'s load of `cum`.
+        self.ring.cum.load(Ordering::Acquire) as u32 != self.cum as u32
     }
 }
 
@@ -433,6 +502,98 @@ impl Ring {
         update_reserved(&self.cum, |cum| cum - (cost << PENDING_SHIFT));
     }
 
+    /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
+    /// `b − N + skip ..= b` of the window of `now()` (`skip` is 0 for the sliding-window
+    /// counter, `N` for the fixed window, which counts bucket `b` alone); returns how many
+    /// (see "Refunds"). `None` if the ring is retired.
+    pub(crate) fn refund(
+        &self,
+        granularity: u64,
+        now: impl Fn() -> u64,
+        n: u64,
+        skip: u64,
+    ) -> Option<u64> {
+        let backoff = Backoff::new();
+        // At most 2³¹ − 1 per raise, so a stale reader always sees a raised snapshot as later
+        // than its count (`Reading::tail`); no window holds more than a limit can admit.
+        let mut left = n.min(MAX_RAISE);
+        let mut freed = 0;
+        while left > 0 {
+            let ((front, from, counted), _) = self.read(granularity, &now, true, |r| {
+                // Count only: pending reservations are not refundable.
+                let counted = r.tail(skip) - pending_of(r.cum);
+                // The snapshot of the oldest bucket refunded from: `tail(skip)` is the count
+                // less that snapshot (for `skip = 0`, the slot `read` already loaded).
+                let from = if skip == 0 {
+                    snapshot_of(r.oldest)
+                } else {
+                    (r.cum as u32).wrapping_sub(counted as u32)
+                };
+                (r.front, from, counted)
+            })?;
+            let raise = left.min(counted);
+            if raise == 0 {
+                break;
+            }
+            let to = from.wrapping_add(raise as u32);
+            // The barrier: a no-op CAS on `goal`, possible only while no fill from `front`
+            // is claimed. AcqRel: every later claim reads from it (all writes of `goal` are
+            // read-modify-writes), so every later fill reads a `cum` no older than ours and
+            // establishes snapshots at or above `to`: snapshots stay monotone.
+            if self
+                .goal
+                .compare_exchange(front, front, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                self.help(front);
+                continue;
+            }
+            match self.raise(front - self.buckets + skip, front, from, to) {
+                Raised::Oldest => {
+                    freed += raise;
+                    left -= raise;
+                }
+                // The ring moved on: the units meant were expired, by us or by time.
+                Raised::Moved => return Some(freed + raise),
+                // Another refund raised the oldest snapshot first: judge again.
+                Raised::Lost => backoff.spin(),
+            }
+        }
+        Some(freed)
+    }
+
+    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`;
+    /// the last, the oldest, must still hold `from` (its raise is the refund's moment).
+    fn raise(&self, oldest: u64, front: u64, from: u32, to: u32) -> Raised {
+        for k in (oldest..=front).rev() {
+            let slot = self.slot(k);
+            // Acquire: pairs with the Release of the CAS that established or raised it.
+            let mut seen = slot.load(Ordering::Acquire);
+            loop {
+                if tag_of(seen) != k as u32 {
+                    // Recycled by a fill, and so is every older slot (fills go oldest first).
+                    return Raised::Moved;
+                }
+                let snapshot = snapshot_of(seen);
+                if k == oldest && snapshot != from {
+                    return Raised::Lost;
+                }
+                if later(snapshot, to) == snapshot {
+                    // At or above `to` already (a newer refund, or a later fill).
+                    break;
+                }
+                // AcqRel: Release publishes the raise to readers of the slot, after the `cum`
+                // read that bounds `to`; Acquire on failure as the load above.
+                match slot.compare_exchange(seen, pack(k, to), Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => break,
+                    Err(now_seen) => seen = now_seen,
+                }
+            }
+        }
+        Raised::Oldest
+    }
+
     /// The total cost ever admitted (wrapping at 2³²).
     pub(crate) fn admitted(&self) -> u64 {
         // Acquire: pairs with the Release of admissions, for callers that read after joining.
@@ -586,6 +747,145 @@ fn goal_for(front: u64, bucket: u64, buckets: u64) -> u64 {
 mod tests {
     use super::*;
 
+    /// Charges `n` at `t` (granularity 10) if the window's tail allows `limit` (Strict).
+    fn charge_n(ring: &Ring, t: u64, n: u64, limit: u64) -> bool {
+        let read = ring.read(10, || t, true, |r| r.tail(0) + n <= limit);
+        read.is_some_and(|(ok, reading)| ok && ring.try_charge(&reading, n))
+    }
+
+    /// The tails `tail(0 ..= N)` at `t` (granularity 10), read without writing.
+    fn tails(ring: &Ring, t: u64) -> Vec<u64> {
+        let n = ring.buckets();
+        ring.read(10, || t, false, |r| (0..=n).map(|j| r.tail(j)).collect())
+            .map(|(v, _)| v)
+            .expect("live ring")
+    }
+
+    #[test]
+    fn refund_expires_the_oldest_units_first() {
+        // N = 2 buckets of 10 ns, L = 10: 3 units in bucket 0, 2 in bucket 1, 1 in bucket 2.
+        let ring = Ring::new(2);
+        for (t, n) in [(0, 3), (10, 2), (25, 1)] {
+            assert!(charge_n(&ring, t, n, 10));
+        }
+        assert_eq!(tails(&ring, 25), [6, 3, 1]);
+        // Refunding 4 expires bucket 0's 3 and one of bucket 1's.
+        assert_eq!(ring.refund(10, || 25, 4, 0), Some(4));
+        assert_eq!(tails(&ring, 25), [2, 2, 1]);
+        // The next bucket's window keeps what is left, not the refunded units.
+        assert_eq!(tails(&ring, 35), [2, 1, 0]);
+        assert_eq!(ring.admitted(), 6, "a refund never lowers the count");
+    }
+
+    #[test]
+    fn refund_is_partial_when_the_window_holds_less() {
+        let ring = Ring::new(2);
+        assert!(charge_n(&ring, 0, 2, 5));
+        assert_eq!(ring.refund(10, || 5, 7, 0), Some(2));
+        assert_eq!(tails(&ring, 5), [0, 0, 0]);
+        assert_eq!(ring.refund(10, || 5, 1, 0), Some(0));
+        // Room is back: the full limit fits again.
+        assert!(charge_n(&ring, 5, 5, 5));
+    }
+
+    #[test]
+    fn refund_after_a_fill_moves_the_ring_first() {
+        // Units at bucket 0; a refund at bucket 3 (a window later) has nothing to free.
+        let ring = Ring::new(2);
+        assert!(charge_n(&ring, 0, 3, 5));
+        assert_eq!(ring.refund(10, || 35, 3, 0), Some(0));
+        // Units across buckets 3 and 4, refunded at 4 after the fill to it.
+        assert!(charge_n(&ring, 35, 2, 5));
+        assert!(charge_n(&ring, 45, 2, 5));
+        assert_eq!(ring.refund(10, || 45, 3, 0), Some(3));
+        assert_eq!(tails(&ring, 45), [1, 1, 1]);
+        assert_eq!(tails(&ring, 55), [1, 1, 0]);
+    }
+
+    #[test]
+    fn refund_leaves_pending_reservations_alone_and_does_nothing_when_retired() {
+        let ring = Ring::new(1);
+        assert!(charge_n(&ring, 0, 1, 3));
+        assert!(reserve(&ring, 0, 2, 3));
+        assert_eq!(ring.refund(10, || 0, 3, 0), Some(1));
+        assert_eq!(tails(&ring, 0), [2, 2]);
+        ring.release(2);
+        assert!(ring.retire_now());
+        assert_eq!(ring.refund(10, || 0, 1, 0), None);
+    }
+
+    #[test]
+    fn a_reader_whose_count_is_older_than_a_raise_is_torn_not_negative() {
+        let ring = Ring::new(1);
+        assert!(charge_n(&ring, 0, 2, 5));
+        let stale = ring.read(10, || 0, true, |_| ()).expect("live").1;
+        assert!(charge_n(&ring, 0, 2, 5));
+        // Raises both snapshots to 3, past the stale reading's count of 2; `tail(1)` loads
+        // the newest slot afresh (`tail(0)` uses the oldest as `read` loaded it).
+        assert_eq!(ring.refund(10, || 0, 3, 0), Some(3));
+        assert_eq!(stale.tail(0), 2);
+        assert!(!stale.torn.get());
+        assert_eq!(stale.tail(1), 0);
+        assert!(stale.torn.get());
+    }
+
+    /// The sequential model of a refund: per-bucket counts, the oldest removed first.
+    #[derive(Default)]
+    struct Buckets(std::collections::BTreeMap<u64, u64>);
+
+    impl Buckets {
+        fn tail(&self, b: u64, n: u64, j: u64) -> u64 {
+            let from = (b + j).saturating_sub(n);
+            self.0.range(from..=b).map(|(_, c)| c).sum()
+        }
+
+        fn refund(&mut self, b: u64, n: u64, mut left: u64) -> u64 {
+            let from = b.saturating_sub(n);
+            let mut freed = 0;
+            for (_, c) in self.0.range_mut(from..=b) {
+                let take = left.min(*c);
+                *c -= take;
+                (left, freed) = (left - take, freed + take);
+            }
+            freed
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Charges and refunds at steps of time equal a per-bucket model that removes the
+        /// oldest counted units: every tail, every refund's count, the count itself.
+        #[test]
+        fn refunds_equal_the_oldest_first_model(
+            buckets in 1u64..=4,
+            limit in 1u64..=6,
+            steps in proptest::collection::vec((0u64..=25, 0u64..=7, proptest::bool::ANY), 1..40),
+        ) {
+            let ring = Ring::new(buckets);
+            let mut model = Buckets::default();
+            let (mut t, mut admitted) = (0, 0);
+            for (dt, n, refund) in steps {
+                t += dt;
+                let b = t / 10;
+                if refund {
+                    let freed = ring.refund(10, || t, n, 0);
+                    proptest::prop_assert_eq!(freed, Some(model.refund(b, buckets, n)));
+                } else if n > 0 {
+                    let ok = charge_n(&ring, t, n, limit);
+                    proptest::prop_assert_eq!(ok, model.tail(b, buckets, 0) + n <= limit);
+                    if ok {
+                        *model.0.entry(b).or_default() += n;
+                        admitted += n;
+                    }
+                }
+                let want: Vec<u64> = (0..=buckets).map(|j| model.tail(b, buckets, j)).collect();
+                proptest::prop_assert_eq!(tails(&ring, t), want, "at {}", t);
+                proptest::prop_assert_eq!(ring.admitted(), admitted);
+            }
+        }
+    }
+
     #[test]
     fn goal_jumps_straight_unless_tags_would_alias() {
         assert_eq!(goal_for(100, 103, 10), 103);
@@ -726,5 +1026,113 @@ mod tests {
         for k in 103..=106 {
             assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), k as u32);
         }
+    }
+}
+
+#[cfg(all(test, slidegate_loom))]
+mod loom_tests {
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::Arc;
+
+    /// Proves: a refund racing a fill (the clock advanced by another thread) and that
+    /// thread's check keeps the ring consistent. N = 1 bucket of 10 ns, L = 2, two units at
+    /// t = 5; thread A refunds 1 at the clock's time (5 or 15); thread B moves the clock to
+    /// 15 (a fill to bucket 1) and checks 1. After joining: the refund freed exactly 1, the
+    /// count is exact, the snapshots of the ring are monotone and never past the count, the
+    /// window at 15 holds exactly `2 − 1 + admitted` (the refunded unit is not back), which is
+    /// at most L (Strict safety relative to admitted − refunded), and B was admitted exactly
+    /// when the refund took effect first. Would fail without the barrier on `goal` (a fill
+    /// that read `cum` before the raise establishes bucket 1 below the raised bucket 0:
+    /// snapshots not monotone), if the raise went oldest first without re-checking, or if
+    /// the raise CAS did not require the slot's tag (a recycled slot overwritten).
+    #[test]
+    fn refund_racing_a_fill_and_a_check() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let ring = Arc::new(Ring::new(1));
+            let clock = Arc::new(AtomicU64::new(5));
+            let charged = ring.read(10, || 5, true, |r| r.tail(0) + 2 <= 2);
+            assert!(charged.is_some_and(|(ok, r)| ok && ring.try_charge(&r, 2)));
+            let a = {
+                let (ring, clock) = (ring.clone(), clock.clone());
+                thread::spawn(move || ring.refund(10, || clock.load(Ordering::Acquire), 1, 0))
+            };
+            clock.store(15, Ordering::Release);
+            let b = loop {
+                let (ok, r) = ring.read(10, || 15, true, |r| r.tail(0) < 2).unwrap();
+                if !ok || ring.try_charge(&r, 1) {
+                    break ok;
+                }
+            };
+            assert_eq!(a.join().unwrap(), Some(1));
+            let admitted = 2 + u64::from(b);
+            assert_eq!(ring.admitted(), admitted);
+            let front = ring.front.load(Ordering::Relaxed);
+            let snaps: Vec<u32> = (front - 1..=front)
+                .map(|k| {
+                    let slot = ring.slot(k).load(Ordering::Relaxed);
+                    assert_eq!(tag_of(slot), k as u32);
+                    snapshot_of(slot)
+                })
+                .collect();
+            assert!(
+                snaps[0] <= snaps[1] && u64::from(snaps[1]) <= admitted,
+                "{snaps:?}"
+            );
+            let tail = ring.read(10, || 15, false, |r| r.tail(0)).unwrap().0;
+            assert_eq!(tail, admitted - 1);
+            assert!(tail <= 2);
+        });
+    }
+
+    /// Proves: a fill that read `cum` before an admission and a refund that raises past it
+    /// leave the snapshots monotone. N = 1 bucket of 10 ns, L = 3, one unit at t = 5. Thread
+    /// A charges 1 at 5 and refunds 2 (target 2) at the clock's time; thread B moves the
+    /// clock to 15 and checks (a fill to bucket 1 that may read the count 1). After joining,
+    /// the snapshots are monotone and at most the count, and the window at 15 holds at most
+    /// the admitted units less those refunded. Would fail without the barrier on `goal`:
+    /// A raises bucket 0 to 2 after B's fill read 1 for bucket 1, and the refunded unit comes
+    /// back in bucket 1's window.
+    #[test]
+    fn refund_racing_a_fill_that_read_an_older_count() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let ring = Arc::new(Ring::new(1));
+            let clock = Arc::new(AtomicU64::new(5));
+            let charge = |ring: &Ring, t: u64| loop {
+                let (ok, r) = ring.read(10, || t, true, |r| r.tail(0) < 3).unwrap();
+                if !ok || ring.try_charge(&r, 1) {
+                    break ok;
+                }
+            };
+            assert!(charge(&ring, 5));
+            let a = {
+                let (ring, clock) = (ring.clone(), clock.clone());
+                thread::spawn(move || {
+                    let t = clock.load(Ordering::Acquire);
+                    assert!(charge(&ring, t));
+                    ring.refund(10, || clock.load(Ordering::Acquire), 2, 0)
+                })
+            };
+            clock.store(15, Ordering::Release);
+            let b = charge(&ring, 15);
+            let freed = a.join().unwrap().unwrap();
+            let admitted = 2 + u64::from(b);
+            assert_eq!(ring.admitted(), admitted);
+            let front = ring.front.load(Ordering::Relaxed);
+            let snaps: Vec<u32> = (front - 1..=front)
+                .map(|k| snapshot_of(ring.slot(k).load(Ordering::Relaxed)))
+                .collect();
+            assert!(
+                snaps[0] <= snaps[1] && u64::from(snaps[1]) <= admitted,
+                "{snaps:?}"
+            );
+            let tail = ring.read(10, || 15, false, |r| r.tail(0)).unwrap().0;
+            assert!(tail <= 3, "{tail} {freed}");
+        });
     }
 }

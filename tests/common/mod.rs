@@ -1,12 +1,13 @@
 //! The plain sequential reference model every algorithm is compared to.
 //!
-//! It keeps the admitted cost of every bucket in a map and applies `shared/design.md`'s
-//! admission rules literally, with exact rational arithmetic for the Weighted mode. It is
-//! deliberately slow and obvious.
+//! It applies `shared/design.md`'s admission rules literally: the sliding-window counter and
+//! the fixed window keep the admitted cost of every bucket in a map (with exact rational
+//! arithmetic for the Weighted mode), the exact log keeps every admitted unit's time, GCRA
+//! its theoretical arrival time. It is deliberately slow and obvious.
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use slidegate::{Mode, Quota};
 
@@ -14,22 +15,41 @@ use slidegate::{Mode, Quota};
 #[derive(Clone, Debug)]
 pub struct Model {
     limit: u64,
+    window: u64,
     granularity: u64,
     buckets: u64,
     mode: Mode,
-    /// Admitted cost per bucket index `t / G`.
+    /// Admitted cost per bucket index `t / G` (counter and fixed window).
     counts: BTreeMap<u64, u64>,
+    /// The time of every admitted unit still held, oldest first (exact log).
+    log: VecDeque<u64>,
+    /// GCRA's theoretical arrival time.
+    tat: u64,
 }
 
 impl Model {
     pub fn new(quota: Quota) -> Model {
         Model {
             limit: quota.limit(),
+            window: quota.window().as_nanos() as u64,
             granularity: quota.granularity().as_nanos() as u64,
             buckets: quota.buckets(),
             mode: quota.mode(),
             counts: BTreeMap::new(),
+            log: VecDeque::new(),
+            tat: 0,
         }
+    }
+
+    /// GCRA's emission interval `T = ⌈W / L⌉` and tolerance `τ = L·T`.
+    fn gcra(&self) -> (u64, u64) {
+        let t = self.window.div_ceil(self.limit);
+        (t, t * self.limit)
+    }
+
+    /// Exact log: units admitted in `(t − W, t]`.
+    fn in_log_window(&self, t: u64) -> u64 {
+        self.log.iter().filter(|&&ts| ts + self.window > t).count() as u64
     }
 
     fn sum(&self, from: u64, to: u64) -> u64 {
@@ -47,6 +67,9 @@ impl Model {
         let r = t % g;
         match self.mode {
             Mode::Strict => i128::from(self.sum(b.saturating_sub(self.buckets), b)) * i128::from(g),
+            Mode::FixedWindow => i128::from(self.sum(b, b)) * i128::from(g),
+            Mode::ExactLog => i128::from(self.in_log_window(t)) * i128::from(g),
+            Mode::Gcra => unreachable!("GCRA is not a bucket sum"),
             _ => {
                 let rest = self.sum((b + 1).saturating_sub(self.buckets), b);
                 let oldest = if b >= self.buckets {
@@ -61,12 +84,20 @@ impl Model {
 
     /// Whether cost `n` would be admitted at `t`.
     pub fn admits(&self, t: u64, n: u64) -> bool {
+        if self.mode == Mode::Gcra {
+            let (interval, tolerance) = self.gcra();
+            return self.tat.max(t) + n * interval - t <= tolerance;
+        }
         let g = i128::from(self.granularity);
         self.used_scaled(t) + i128::from(n) * g <= i128::from(self.limit) * g
     }
 
     /// The largest cost that would be admitted at `t` (0 if none).
     pub fn remaining(&self, t: u64) -> u64 {
+        if self.mode == Mode::Gcra {
+            let (interval, tolerance) = self.gcra();
+            return (t + tolerance).saturating_sub(self.tat.max(t)) / interval;
+        }
         let g = i128::from(self.granularity);
         let room = i128::from(self.limit) * g - self.used_scaled(t);
         if room <= 0 { 0 } else { (room / g) as u64 }
@@ -75,21 +106,76 @@ impl Model {
     /// Whether the window at `t` holds nothing.
     pub fn is_empty_at(&self, t: u64) -> bool {
         let b = t / self.granularity;
-        self.sum(b.saturating_sub(self.buckets), b) == 0
+        match self.mode {
+            Mode::Gcra => self.tat <= t,
+            Mode::ExactLog => self.in_log_window(t) == 0,
+            Mode::FixedWindow => self.sum(b, b) == 0,
+            _ => self.sum(b.saturating_sub(self.buckets), b) == 0,
+        }
     }
 
     /// A check of cost `n` at `t`: `(allowed, remaining after)`.
     pub fn check(&mut self, t: u64, n: u64) -> (bool, u64) {
         let allowed = self.admits(t, n);
         if allowed {
-            *self.counts.entry(t / self.granularity).or_default() += n;
+            self.record(t, n);
         }
         (allowed, self.remaining(t))
     }
 
-    /// Records an admission made elsewhere.
+    /// Records an admission made elsewhere (in time order).
     pub fn record(&mut self, t: u64, n: u64) {
-        *self.counts.entry(t / self.granularity).or_default() += n;
+        match self.mode {
+            Mode::Gcra => self.tat = self.tat.max(t) + n * self.gcra().0,
+            Mode::ExactLog => self.log.extend(std::iter::repeat_n(t, n as usize)),
+            _ => *self.counts.entry(t / self.granularity).or_default() += n,
+        }
+    }
+
+    /// Frees up to `n` units of room at `t`, the oldest units the window counts first (GCRA:
+    /// moves its arrival time back by `n` intervals, not before `t`); returns how many.
+    pub fn refund(&mut self, t: u64, n: u64) -> u64 {
+        match self.mode {
+            Mode::Gcra => {
+                let (interval, _) = self.gcra();
+                let back = self.tat.saturating_sub(n * interval).max(t);
+                if back >= self.tat {
+                    return 0;
+                }
+                // Whole units of room, the last one perhaps partly drained already.
+                let freed = (self.tat - back).div_ceil(interval);
+                self.tat = back;
+                freed
+            }
+            Mode::ExactLog => {
+                let mut freed = 0;
+                while freed < n {
+                    match self.log.iter().position(|&ts| ts + self.window > t) {
+                        Some(i) => {
+                            self.log.remove(i);
+                            freed += 1;
+                        }
+                        None => break,
+                    }
+                }
+                freed
+            }
+            mode => {
+                let b = t / self.granularity;
+                let first = if mode == Mode::FixedWindow {
+                    b
+                } else {
+                    b.saturating_sub(self.buckets)
+                };
+                let mut freed = 0;
+                for (_, c) in self.counts.range_mut(first..=b) {
+                    let take = (*c).min(n - freed);
+                    *c -= take;
+                    freed += take;
+                }
+                freed
+            }
+        }
     }
 }
 

@@ -1,0 +1,159 @@
+//! Property tests for every algorithm behind the one interface: on any sequence of (clock
+//! step, check / peek / refund), a `SlidingWindow` run from one thread on a `ManualClock`
+//! decides exactly what the reference model (`tests/common`) decides, and one key of a
+//! `KeyedLimiter` decides exactly what the direct limiter does.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Model;
+use proptest::prelude::*;
+use slidegate::clock::ManualClock;
+use slidegate::{Decision, KeyedLimiter, Mode, Quota, SlidingWindow};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Check(u64),
+    Peek,
+    Refund(u64),
+}
+
+const MODES: [Mode; 5] = [
+    Mode::Strict,
+    Mode::Weighted,
+    Mode::FixedWindow,
+    Mode::ExactLog,
+    Mode::Gcra,
+];
+
+fn quota() -> impl Strategy<Value = Quota> {
+    (
+        1u64..=12,
+        prop::sample::select(vec![1u64, 2, 3, 4, 7, 10]),
+        1u64..=50,
+        prop::sample::select(MODES.to_vec()),
+    )
+        .prop_map(|(limit, buckets, g, mode)| {
+            Quota::new(limit, Duration::from_nanos(g * buckets))
+                .unwrap()
+                .with_granularity(Duration::from_nanos(g))
+                .unwrap()
+                .with_mode(mode)
+        })
+}
+
+/// Steps in units of the window `w` and granularity `g`, hitting edges exactly and missing
+/// them by one nanosecond, with the occasional gap of years.
+fn step(g: u64, w: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![
+        6 => Just(0),
+        4 => 1..=g,
+        2 => Just(g),
+        2 => Just(g - 1),
+        2 => Just(w),
+        2 => Just(w - 1),
+        1 => Just(w + 1),
+        2 => 0..=3 * w,
+        1 => Just(3 * 365 * 24 * 3600 * 1_000_000_000u64),
+    ]
+}
+
+fn case() -> impl Strategy<Value = (Quota, Vec<(u64, Op)>)> {
+    quota().prop_flat_map(|q| {
+        let g = q.granularity().as_nanos() as u64;
+        let w = q.window().as_nanos() as u64;
+        let l = q.limit();
+        let op = prop_oneof![
+            6 => (1..=l).prop_map(Op::Check),
+            1 => Just(Op::Peek),
+            1 => (1..=l + 2).prop_map(Op::Refund),
+        ];
+        (Just(q), prop::collection::vec((step(g, w), op), 1..100))
+    })
+}
+
+/// `retry_after` is the earliest wait that admits: waiting it admits, 1 ns less does not.
+fn assert_retry_is_tight(model: &Model, t: u64, n: u64, d: &Decision) {
+    let retry = d
+        .retry_after()
+        .expect("a denial carries retry_after")
+        .as_nanos() as u64;
+    assert!(
+        retry >= 1,
+        "a denied request cannot be admitted with no wait"
+    );
+    assert!(
+        model.admits(t + retry, n),
+        "waiting {retry} does not admit {n} at {t}"
+    );
+    assert!(
+        !model.admits(t + retry - 1, n),
+        "retry_after={retry} is not the earliest for {n} at {t}"
+    );
+}
+
+/// `reset_after` is when the window is empty: empty then, not empty 1 ns before.
+fn assert_reset_is_tight(model: &Model, t: u64, d: &Decision) {
+    let reset = d.reset_after().as_nanos() as u64;
+    assert!(
+        model.is_empty_at(t + reset),
+        "not empty after reset_after={reset} at {t}"
+    );
+    if reset > 0 {
+        assert!(
+            !model.is_empty_at(t + reset - 1),
+            "reset_after={reset} is not the earliest at {t}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_algorithm_equals_its_reference_model((quota, ops) in case()) {
+        let clock = ManualClock::new();
+        let limiter = SlidingWindow::with_clock(quota, clock.clone());
+        let keyed = KeyedLimiter::with_clock(quota, clock.clone());
+        let mut model = Model::new(quota);
+        let mut t = 0u64;
+        for (step, op) in ops {
+            t += step;
+            clock.set(Duration::from_nanos(t));
+            match op {
+                Op::Check(n) => {
+                    let before = model.clone();
+                    let d = limiter.check_n(n).unwrap();
+                    prop_assert_eq!(keyed.check_n(&1u8, n).unwrap(), d, "keyed check_n({}) at t={}", n, t);
+                    let (allowed, remaining) = model.check(t, n);
+                    prop_assert_eq!(d.is_allowed(), allowed, "check_n({}) at t={}", n, t);
+                    prop_assert_eq!(d.remaining(), remaining, "remaining after check_n({}) at t={}", n, t);
+                    prop_assert_eq!(d.limit(), quota.limit());
+                    if allowed {
+                        prop_assert_eq!(d.retry_after(), None);
+                    } else {
+                        assert_retry_is_tight(&before, t, n, &d);
+                    }
+                    assert_reset_is_tight(&model, t, &d);
+                }
+                Op::Peek => {
+                    let d = limiter.peek();
+                    prop_assert_eq!(keyed.peek(&1u8), d, "keyed peek at t={}", t);
+                    prop_assert_eq!(d.is_allowed(), model.admits(t, 1));
+                    prop_assert_eq!(d.remaining(), model.remaining(t), "peek at t={}", t);
+                    if !d.is_allowed() {
+                        assert_retry_is_tight(&model, t, 1, &d);
+                    }
+                    assert_reset_is_tight(&model, t, &d);
+                }
+                Op::Refund(n) => {
+                    let freed = limiter.refund(n);
+                    prop_assert_eq!(keyed.refund(&1u8, n), freed, "keyed refund({}) at t={}", n, t);
+                    prop_assert_eq!(freed, model.refund(t, n), "refund({}) at t={}", n, t);
+                    prop_assert_eq!(limiter.peek().remaining(), model.remaining(t), "after refund at t={}", t);
+                }
+            }
+        }
+    }
+}
