@@ -15,14 +15,21 @@
 //!   is what a sequential sliding-window counter answers, given which concurrent admissions
 //!   the call had seen and in which bucket, no older than its own, each was counted).
 //!
+//! - `log_oracle`: the exact log's definition as an oracle (`assert_log_safe`, with refunds)
+//!   and `LaggingClock`, a clock some threads read behind.
+//!
 //! All times are nanoseconds on a `ManualClock` that starts at zero.
 
 #[cfg(slidegate_loom)]
 mod keyed;
 #[cfg(slidegate_loom)]
+mod log_oracle;
+#[cfg(slidegate_loom)]
 mod oracle;
 
 #[cfg(slidegate_loom)]
 pub use keyed::{FixedHasher, keyed};
+#[cfg(slidegate_loom)]
+pub use log_oracle::*;
 #[cfg(slidegate_loom)]
 pub use oracle::*;
