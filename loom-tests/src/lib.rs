@@ -21,12 +21,17 @@
 //!   `assert_refunds_explained`: a sequential counter whose refunds remove the oldest units
 //!   counted explains every answer and the window sums after joining.
 //!
+//! - `log_oracle`: the exact log's definition as an oracle (`assert_log_safe`, with refunds)
+//!   and `LaggingClock`, a clock some threads read behind.
+//!
 //! All times are nanoseconds on a `ManualClock` that starts at zero.
 
 #[cfg(slidegate_loom)]
 mod gcra_oracle;
 #[cfg(slidegate_loom)]
 mod keyed;
+#[cfg(slidegate_loom)]
+mod log_oracle;
 #[cfg(slidegate_loom)]
 mod oracle;
 #[cfg(slidegate_loom)]
@@ -36,6 +41,8 @@ mod refund_oracle;
 pub use gcra_oracle::*;
 #[cfg(slidegate_loom)]
 pub use keyed::{FixedHasher, keyed};
+#[cfg(slidegate_loom)]
+pub use log_oracle::*;
 #[cfg(slidegate_loom)]
 pub use oracle::*;
 #[cfg(slidegate_loom)]

@@ -187,27 +187,51 @@ fn later(a: u32, b: u32) -> u32 {
 }
 
 /// The bit of `cum` that marks a retired ring (see the module documentation).
-const RETIRED: u64 = 1 << 63;
+pub(super) const RETIRED: u64 = 1 << 63;
 
 /// The bits of `cum` that count admitted cost (mod 2³²).
-const COUNT: u64 = u32::MAX as u64;
+pub(super) const COUNT: u64 = u32::MAX as u64;
 
 /// The shift of the pending field of `cum` (bits 32..63).
-const PENDING_SHIFT: u32 = 32;
+pub(super) const PENDING_SHIFT: u32 = 32;
 
 /// The bits of `cum` above the count: pending and `RETIRED`.
-const HIGH: u64 = !COUNT;
+pub(super) const HIGH: u64 = !COUNT;
 
 /// `cum` with `cost` added to its count, wrapping within the count's 32 bits.
 #[inline]
-fn add_count(cum: u64, cost: u64) -> u64 {
+pub(super) fn add_count(cum: u64, cost: u64) -> u64 {
     (cum & HIGH) | (cum.wrapping_add(cost) & COUNT)
 }
 
 /// The pending field of a `cum` that is not retired.
 #[inline]
-fn pending_of(cum: u64) -> u64 {
+pub(super) fn pending_of(cum: u64) -> u64 {
     cum >> PENDING_SHIFT
+}
+
+/// CAS loop applying `change` to a live `cum` word holding a reservation; `false` if retired.
+/// Shared by the ring and the log, whose `cum` words have the same layout.
+pub(super) fn update_reserved(cum_word: &AtomicU64, change: impl Fn(u64) -> u64) -> bool {
+    let backoff = Backoff::new();
+    // Relaxed: the CAS below re-validates it.
+    let mut cum = cum_word.load(Ordering::Relaxed);
+    loop {
+        if cum & RETIRED != 0 {
+            return false;
+        }
+        debug_assert!(pending_of(cum) > 0, "no reservation to commit or release");
+        // AcqRel: Release publishes a commit like an admission (after the snapshots its
+        // reservation was judged on); Acquire orders it after what the CAS read.
+        match cum_word.compare_exchange_weak(cum, change(cum), Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return true,
+            Err(seen) => {
+                cum = seen;
+                backoff.spin();
+            }
+        }
+    }
 }
 
 /// The most one raise of a refund expires (see [`Ring::refund`]).
@@ -467,40 +491,15 @@ impl Ring {
     /// one CAS. `false` if the ring was retired (forcibly: an idle retirement needs no
     /// pending), in which case nothing is written.
     pub(crate) fn commit(&self, cost: u64) -> bool {
-        self.update_reserved(|cum| add_count(cum, cost) - (cost << PENDING_SHIFT))
+        update_reserved(&self.cum, |cum| {
+            add_count(cum, cost) - (cost << PENDING_SHIFT)
+        })
     }
 
     /// Gives back a reservation of `cost`: `pending −= cost`; the count is untouched, so no
     /// snapshot ever saw the reservation. Does nothing on a retired ring.
     pub(crate) fn release(&self, cost: u64) {
-        self.update_reserved(|cum| cum - (cost << PENDING_SHIFT));
-    }
-
-    /// CAS loop applying `change` to a live `cum` holding a reservation; `false` if retired.
-    fn update_reserved(&self, change: impl Fn(u64) -> u64) -> bool {
-        let backoff = Backoff::new();
-        // Relaxed: the CAS below re-validates it.
-        let mut cum = self.cum.load(Ordering::Relaxed);
-        loop {
-            if cum & RETIRED != 0 {
-                return false;
-            }
-            debug_assert!(pending_of(cum) > 0, "no reservation to commit or release");
-            // AcqRel: Release publishes a commit like an admission (after the snapshots its
-            // reservation was judged on); Acquire orders it after what the CAS read.
-            match self.cum.compare_exchange_weak(
-                cum,
-                change(cum),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => {
-                    cum = seen;
-                    backoff.spin();
-                }
-            }
-        }
+        update_reserved(&self.cum, |cum| cum - (cost << PENDING_SHIFT));
     }
 
     /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
