@@ -4,6 +4,9 @@
 //!
 //! - `algorithms_direct`: one limiter, allowed checks.
 //! - `algorithms_keyed_1000`: 1000 held keys visited in a scattered order, allowed checks.
+//! - `algorithms_keyed_2_threads`: two threads, each on its own 1000 keys, for the exact logs
+//!   (slidegate's lock-free one against the naive one behind its mutex) and governor. An
+//!   iteration is one check on each thread: the time shown is wall time per pair.
 //!
 //! Every quota admits every check of the run: the counters, the fixed window and GCRA allow
 //! 2³¹ − 1 per hour; the logs (slidegate's and the naive one) allow 2²⁰ per millisecond
@@ -18,8 +21,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
@@ -153,10 +157,71 @@ fn keyed(c: &mut Criterion) {
     group.finish();
 }
 
+/// Runs `check(thread, i)` for `iters` iterations on two threads; the wall time of both.
+fn two_threads(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
+    let barrier = Barrier::new(2);
+    thread::scope(|s| {
+        let other = s.spawn(|| {
+            barrier.wait();
+            for i in 0..iters {
+                check(1, i);
+            }
+        });
+        barrier.wait();
+        let start = Instant::now();
+        for i in 0..iters {
+            check(0, i);
+        }
+        let _ = other.join();
+        start.elapsed()
+    })
+}
+
+fn keyed_two_threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("algorithms_keyed_2_threads");
+    configure(&mut group);
+    group.throughput(Throughput::Elements(2));
+    // Thread t checks keys t·1000 .. t·1000 + 999.
+    let key = |t: u64, i: u64| t * KEYS + scattered(i);
+
+    let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
+    group.bench_function(BenchmarkId::new("governor", "gcra"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                black_box(governor.check_key(&key(t, i)).is_ok());
+            })
+        })
+    });
+    let log = KeyedLimiter::new(quota(Mode::ExactLog, 1024));
+    let gcra = KeyedLimiter::new(quota(Mode::Gcra, 1024));
+    let naive = NaiveLog::new(1024, Duration::from_millis(1));
+    for k in 0..2 * KEYS {
+        assert!(log.check(&k).is_allowed() && gcra.check(&k).is_allowed() && naive.check(k));
+    }
+    for (name, limiter) in [("exact_log", &log), ("gcra", &gcra)] {
+        group.bench_function(BenchmarkId::new("slidegate", name), |b| {
+            b.iter_custom(|iters| {
+                two_threads(iters, &|t, i| {
+                    black_box(limiter.check(&key(t, i)).is_allowed());
+                })
+            })
+        });
+    }
+    group.bench_function(BenchmarkId::new("naive", "mutex_hashmap_vecdeque_log"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                black_box(naive.check(key(t, i)));
+            })
+        })
+    });
+    group.finish();
+}
+
 // A hand-written `main` rather than `criterion_group!`, whose generated `pub fn` has no docs.
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     direct(&mut criterion);
     keyed(&mut criterion);
+    keyed_two_threads(&mut criterion);
     criterion.final_summary();
 }

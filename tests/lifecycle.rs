@@ -59,7 +59,7 @@ fn strict_waits_keep_every_window_within_the_limit() {
     let mut admitted = Vec::new();
     for i in 0..200u64 {
         let n = 1 + i % 5;
-        limiter.wait(n).unwrap();
+        assert!(limiter.wait(n).unwrap().is_allowed());
         admitted.push((clock.now().0, n));
         clock.advance(Duration::from_millis(i % 7));
     }
@@ -90,7 +90,7 @@ fn jitter_spreads_waits_within_its_bound() {
     for _ in 0..20 {
         let clock = ManualClock::new();
         let limiter = SlidingWindow::with_clock(quota(1, 100, Mode::Gcra), clock.clone());
-        limiter.wait(1).unwrap();
+        assert!(limiter.wait(1).unwrap().is_allowed());
         let d = limiter
             .wait_with_jitter(1, Duration::from_millis(10))
             .unwrap();
@@ -106,10 +106,10 @@ fn jitter_spreads_waits_within_its_bound() {
 fn keyed_waits_are_per_key() {
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::with_clock(quota(1, 100, Mode::ExactLog), clock.clone());
-    limiter.wait(&"a", 1).unwrap();
-    limiter.wait(&"b", 1).unwrap();
+    assert!(limiter.wait(&"a", 1).unwrap().is_allowed());
+    assert!(limiter.wait(&"b", 1).unwrap().is_allowed());
     assert_eq!(clock.now().0, 0, "b has its own window");
-    limiter.wait(&"a", 1).unwrap();
+    assert!(limiter.wait(&"a", 1).unwrap().is_allowed());
     assert_eq!(clock.now().0, 100_000_000);
 }
 
@@ -130,7 +130,7 @@ async fn until_ready_paces_tasks_on_virtual_time() {
             tokio::spawn(async move {
                 let mut at = Vec::new();
                 for _ in 0..3 {
-                    limiter.until_ready(1).await.unwrap();
+                    assert!(limiter.until_ready(1).await.unwrap().is_allowed());
                     at.push(limiter.clock().now().0 / 1_000_000);
                 }
                 at
@@ -149,17 +149,20 @@ async fn until_ready_paces_tasks_on_virtual_time() {
 async fn until_ready_rejects_impossible_costs_and_honours_jitter() {
     let limiter = SlidingWindow::with_clock(quota(1, 100, Mode::Strict), TokioClock::new());
     assert_eq!(limiter.until_ready(0).await, Err(CostError::Zero));
-    limiter.until_ready(1).await.unwrap();
-    limiter
-        .until_ready_with_jitter(1, Duration::from_millis(5))
-        .await
-        .unwrap();
+    assert!(limiter.until_ready(1).await.unwrap().is_allowed());
+    assert!(
+        limiter
+            .until_ready_with_jitter(1, Duration::from_millis(5))
+            .await
+            .unwrap()
+            .is_allowed()
+    );
     let t = limiter.clock().now().0;
     // Strict, 10 buckets of 10 ms: the first admission leaves at 110 ms.
     assert!((110_000_000..=115_000_000).contains(&t), "ready at {t}");
     let keyed = KeyedLimiter::with_clock(quota(1, 100, Mode::Gcra), TokioClock::new());
-    keyed.until_ready(&1, 1).await.unwrap();
-    keyed.until_ready(&1, 1).await.unwrap();
+    assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
+    assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
     assert_eq!(keyed.clock().now().0, 100_000_000);
 }
 

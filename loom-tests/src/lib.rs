@@ -14,15 +14,36 @@
 //!   order), `assert_explained` and `assert_final` (every decision and every final window sum
 //!   is what a sequential sliding-window counter answers, given which concurrent admissions
 //!   the call had seen and in which bucket, no older than its own, each was counted).
+//! - `gcra_oracle`: GCRA's sequential cell (`GcraModel`), calls on a GCRA limiter
+//!   (`run_gcra`) and `assert_gcra_linearizable`, which explains every answer — `remaining`,
+//!   waits and a refund's count included — and the final state by one sequential order.
+//! - `refund_oracle`: calls mixing checks and refunds on a Strict limiter (`run_ring`) and
+//!   `assert_refunds_explained`: a sequential counter whose refunds remove the oldest units
+//!   counted explains every answer and the window sums after joining.
+//!
+//! - `log_oracle`: the exact log's definition as an oracle (`assert_log_safe`, with refunds)
+//!   and `LaggingClock`, a clock some threads read behind.
 //!
 //! All times are nanoseconds on a `ManualClock` that starts at zero.
 
 #[cfg(slidegate_loom)]
+mod gcra_oracle;
+#[cfg(slidegate_loom)]
 mod keyed;
 #[cfg(slidegate_loom)]
+mod log_oracle;
+#[cfg(slidegate_loom)]
 mod oracle;
+#[cfg(slidegate_loom)]
+mod refund_oracle;
 
+#[cfg(slidegate_loom)]
+pub use gcra_oracle::*;
 #[cfg(slidegate_loom)]
 pub use keyed::{FixedHasher, keyed};
 #[cfg(slidegate_loom)]
+pub use log_oracle::*;
+#[cfg(slidegate_loom)]
 pub use oracle::*;
+#[cfg(slidegate_loom)]
+pub use refund_oracle::*;

@@ -88,7 +88,7 @@
 //!   no older than `now` (a clock monotone across threads).
 //! - [`Gcra::retire_now`]: `fetch_or`, whatever the cell holds (forced eviction).
 //!
-//! The loom models below check these claims on small cases.
+//! The loom models in `loom-tests/` (gcra_*.rs) check these claims on small cases.
 
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
@@ -671,119 +671,5 @@ mod tests {
         let _ = cell.check(&rule, || 50, 2, Op::Charge).unwrap();
         assert_eq!(cell.last_active(&rule), 50);
         assert!(cell.retire_now());
-    }
-}
-
-#[cfg(all(test, slidegate_loom))]
-mod loom_tests {
-    use loom::thread;
-
-    use super::*;
-    use crate::sync::Arc;
-
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(f);
-    }
-
-    /// Proves: three charges at the limit (L = 2, one instant) admit exactly two, with
-    /// `remaining` 1 and 0, and the TAT holds exactly their cost. Would fail if a lost CAS
-    /// were not re-judged against the winner's TAT (three admitted), or if a charge wrote
-    /// with a plain store (a lost update: TAT below 2·T).
-    #[test]
-    fn admission_at_the_limit() {
-        model(|| {
-            let rule = GcraRule::new(2, 20);
-            let cell = Arc::new(Gcra::new());
-            let hs: Vec<_> = (0..3)
-                .map(|_| {
-                    let cell = cell.clone();
-                    thread::spawn(move || cell.check(&rule, || 0, 1, Op::Charge).unwrap().0)
-                })
-                .collect();
-            let ds: Vec<Decision> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-            let mut left: Vec<u64> = ds
-                .iter()
-                .filter(|d| d.is_allowed())
-                .map(|d| d.remaining())
-                .collect();
-            left.sort_unstable();
-            assert_eq!(left, [0, 1], "{ds:?}");
-            assert_eq!(cell.tat(), 20);
-        });
-    }
-
-    /// Proves: a reservation released while a check races it leaves no trace (L = 2, so
-    /// the check is always admitted): the final TAT is exactly the check's charge, whichever
-    /// order the reserve, the check and the release take. Would fail if the release wrote a
-    /// TAT computed from a load the check's CAS overtook (the charge lost), or gave back more
-    /// than the undrained part.
-    #[test]
-    fn reserve_release_racing_a_check() {
-        model(|| {
-            let rule = GcraRule::new(2, 20);
-            let cell = Arc::new(Gcra::new());
-            let a = {
-                let cell = cell.clone();
-                thread::spawn(move || {
-                    let (d, ticket) = cell.check(&rule, || 0, 1, Op::Reserve).unwrap();
-                    assert!(d.is_allowed());
-                    cell.release(&rule, 1, ticket, || 0);
-                })
-            };
-            let b = cell.check(&rule, || 0, 1, Op::Charge).unwrap().0;
-            a.join().unwrap();
-            assert!(b.is_allowed());
-            assert_eq!(cell.tat(), 10);
-        });
-    }
-
-    /// Proves: a refund racing a check is one atomic step: with one unit held (L = 2) the
-    /// refund frees exactly that unit whether it comes before or after the check, the check
-    /// is admitted, and the TAT ends holding exactly the check. Would fail if the refund
-    /// wrote a TAT computed from a load the check's CAS overtook (the charge lost), or
-    /// reported room it did not free.
-    #[test]
-    fn refund_racing_a_check() {
-        model(|| {
-            let rule = GcraRule::new(2, 20);
-            let cell = Arc::new(Gcra::new());
-            let _ = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
-            let a = {
-                let cell = cell.clone();
-                thread::spawn(move || cell.refund(&rule, 0, 1))
-            };
-            let b = cell.check(&rule, || 0, 1, Op::Charge).unwrap().0;
-            assert_eq!(a.join().unwrap(), 1);
-            assert!(b.is_allowed());
-            assert_eq!(cell.tat(), 10);
-        });
-    }
-
-    /// Proves: an idle retirement racing a check loses no admission: a check that reports
-    /// an admission left it in a live cell, and a retired cell holds nothing a fresh one
-    /// would not. Would fail if retirement were a plain store of the bit (a charge landed
-    /// just before it is forgotten) or if a charge could CAS onto a retired word.
-    #[test]
-    fn retire_idle_racing_a_check() {
-        model(|| {
-            let rule = GcraRule::new(1, 10);
-            let cell = Arc::new(Gcra::new());
-            let _ = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
-            let a = {
-                let cell = cell.clone();
-                thread::spawn(move || cell.retire_idle(10))
-            };
-            let b = cell.check(&rule, || 10, 1, Op::Charge);
-            let retired = a.join().unwrap();
-            match b {
-                Some((d, _)) => {
-                    assert!(d.is_allowed() && !retired && !cell.is_retired());
-                    assert_eq!(cell.tat(), 20);
-                }
-                None => assert!(retired && cell.tat() == 10 | RETIRED),
-            }
-        });
     }
 }

@@ -187,27 +187,51 @@ fn later(a: u32, b: u32) -> u32 {
 }
 
 /// The bit of `cum` that marks a retired ring (see the module documentation).
-const RETIRED: u64 = 1 << 63;
+pub(super) const RETIRED: u64 = 1 << 63;
 
 /// The bits of `cum` that count admitted cost (mod 2³²).
-const COUNT: u64 = u32::MAX as u64;
+pub(super) const COUNT: u64 = u32::MAX as u64;
 
 /// The shift of the pending field of `cum` (bits 32..63).
-const PENDING_SHIFT: u32 = 32;
+pub(super) const PENDING_SHIFT: u32 = 32;
 
 /// The bits of `cum` above the count: pending and `RETIRED`.
-const HIGH: u64 = !COUNT;
+pub(super) const HIGH: u64 = !COUNT;
 
 /// `cum` with `cost` added to its count, wrapping within the count's 32 bits.
 #[inline]
-fn add_count(cum: u64, cost: u64) -> u64 {
+pub(super) fn add_count(cum: u64, cost: u64) -> u64 {
     (cum & HIGH) | (cum.wrapping_add(cost) & COUNT)
 }
 
 /// The pending field of a `cum` that is not retired.
 #[inline]
-fn pending_of(cum: u64) -> u64 {
+pub(super) fn pending_of(cum: u64) -> u64 {
     cum >> PENDING_SHIFT
+}
+
+/// CAS loop applying `change` to a live `cum` word holding a reservation; `false` if retired.
+/// Shared by the ring and the log, whose `cum` words have the same layout.
+pub(super) fn update_reserved(cum_word: &AtomicU64, change: impl Fn(u64) -> u64) -> bool {
+    let backoff = Backoff::new();
+    // Relaxed: the CAS below re-validates it.
+    let mut cum = cum_word.load(Ordering::Relaxed);
+    loop {
+        if cum & RETIRED != 0 {
+            return false;
+        }
+        debug_assert!(pending_of(cum) > 0, "no reservation to commit or release");
+        // AcqRel: Release publishes a commit like an admission (after the snapshots its
+        // reservation was judged on); Acquire orders it after what the CAS read.
+        match cum_word.compare_exchange_weak(cum, change(cum), Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return true,
+            Err(seen) => {
+                cum = seen;
+                backoff.spin();
+            }
+        }
+    }
 }
 
 /// The most one raise of a refund expires (see [`Ring::refund`]).
@@ -467,40 +491,15 @@ impl Ring {
     /// one CAS. `false` if the ring was retired (forcibly: an idle retirement needs no
     /// pending), in which case nothing is written.
     pub(crate) fn commit(&self, cost: u64) -> bool {
-        self.update_reserved(|cum| add_count(cum, cost) - (cost << PENDING_SHIFT))
+        update_reserved(&self.cum, |cum| {
+            add_count(cum, cost) - (cost << PENDING_SHIFT)
+        })
     }
 
     /// Gives back a reservation of `cost`: `pending −= cost`; the count is untouched, so no
     /// snapshot ever saw the reservation. Does nothing on a retired ring.
     pub(crate) fn release(&self, cost: u64) {
-        self.update_reserved(|cum| cum - (cost << PENDING_SHIFT));
-    }
-
-    /// CAS loop applying `change` to a live `cum` holding a reservation; `false` if retired.
-    fn update_reserved(&self, change: impl Fn(u64) -> u64) -> bool {
-        let backoff = Backoff::new();
-        // Relaxed: the CAS below re-validates it.
-        let mut cum = self.cum.load(Ordering::Relaxed);
-        loop {
-            if cum & RETIRED != 0 {
-                return false;
-            }
-            debug_assert!(pending_of(cum) > 0, "no reservation to commit or release");
-            // AcqRel: Release publishes a commit like an admission (after the snapshots its
-            // reservation was judged on); Acquire orders it after what the CAS read.
-            match self.cum.compare_exchange_weak(
-                cum,
-                change(cum),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => {
-                    cum = seen;
-                    backoff.spin();
-                }
-            }
-        }
+        update_reserved(&self.cum, |cum| cum - (cost << PENDING_SHIFT));
     }
 
     /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
@@ -1027,113 +1026,5 @@ mod tests {
         for k in 103..=106 {
             assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), k as u32);
         }
-    }
-}
-
-#[cfg(all(test, slidegate_loom))]
-mod loom_tests {
-    use loom::thread;
-
-    use super::*;
-    use crate::sync::Arc;
-
-    /// Proves: a refund racing a fill (the clock advanced by another thread) and that
-    /// thread's check keeps the ring consistent. N = 1 bucket of 10 ns, L = 2, two units at
-    /// t = 5; thread A refunds 1 at the clock's time (5 or 15); thread B moves the clock to
-    /// 15 (a fill to bucket 1) and checks 1. After joining: the refund freed exactly 1, the
-    /// count is exact, the snapshots of the ring are monotone and never past the count, the
-    /// window at 15 holds exactly `2 − 1 + admitted` (the refunded unit is not back), which is
-    /// at most L (Strict safety relative to admitted − refunded), and B was admitted exactly
-    /// when the refund took effect first. Would fail without the barrier on `goal` (a fill
-    /// that read `cum` before the raise establishes bucket 1 below the raised bucket 0:
-    /// snapshots not monotone), if the raise went oldest first without re-checking, or if
-    /// the raise CAS did not require the slot's tag (a recycled slot overwritten).
-    #[test]
-    fn refund_racing_a_fill_and_a_check() {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(|| {
-            let ring = Arc::new(Ring::new(1));
-            let clock = Arc::new(AtomicU64::new(5));
-            let charged = ring.read(10, || 5, true, |r| r.tail(0) + 2 <= 2);
-            assert!(charged.is_some_and(|(ok, r)| ok && ring.try_charge(&r, 2)));
-            let a = {
-                let (ring, clock) = (ring.clone(), clock.clone());
-                thread::spawn(move || ring.refund(10, || clock.load(Ordering::Acquire), 1, 0))
-            };
-            clock.store(15, Ordering::Release);
-            let b = loop {
-                let (ok, r) = ring.read(10, || 15, true, |r| r.tail(0) < 2).unwrap();
-                if !ok || ring.try_charge(&r, 1) {
-                    break ok;
-                }
-            };
-            assert_eq!(a.join().unwrap(), Some(1));
-            let admitted = 2 + u64::from(b);
-            assert_eq!(ring.admitted(), admitted);
-            let front = ring.front.load(Ordering::Relaxed);
-            let snaps: Vec<u32> = (front - 1..=front)
-                .map(|k| {
-                    let slot = ring.slot(k).load(Ordering::Relaxed);
-                    assert_eq!(tag_of(slot), k as u32);
-                    snapshot_of(slot)
-                })
-                .collect();
-            assert!(
-                snaps[0] <= snaps[1] && u64::from(snaps[1]) <= admitted,
-                "{snaps:?}"
-            );
-            let tail = ring.read(10, || 15, false, |r| r.tail(0)).unwrap().0;
-            assert_eq!(tail, admitted - 1);
-            assert!(tail <= 2);
-        });
-    }
-
-    /// Proves: a fill that read `cum` before an admission and a refund that raises past it
-    /// leave the snapshots monotone. N = 1 bucket of 10 ns, L = 3, one unit at t = 5. Thread
-    /// A charges 1 at 5 and refunds 2 (target 2) at the clock's time; thread B moves the
-    /// clock to 15 and checks (a fill to bucket 1 that may read the count 1). After joining,
-    /// the snapshots are monotone and at most the count, and the window at 15 holds at most
-    /// the admitted units less those refunded. Would fail without the barrier on `goal`:
-    /// A raises bucket 0 to 2 after B's fill read 1 for bucket 1, and the refunded unit comes
-    /// back in bucket 1's window.
-    #[test]
-    fn refund_racing_a_fill_that_read_an_older_count() {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(|| {
-            let ring = Arc::new(Ring::new(1));
-            let clock = Arc::new(AtomicU64::new(5));
-            let charge = |ring: &Ring, t: u64| loop {
-                let (ok, r) = ring.read(10, || t, true, |r| r.tail(0) < 3).unwrap();
-                if !ok || ring.try_charge(&r, 1) {
-                    break ok;
-                }
-            };
-            assert!(charge(&ring, 5));
-            let a = {
-                let (ring, clock) = (ring.clone(), clock.clone());
-                thread::spawn(move || {
-                    let t = clock.load(Ordering::Acquire);
-                    assert!(charge(&ring, t));
-                    ring.refund(10, || clock.load(Ordering::Acquire), 2, 0)
-                })
-            };
-            clock.store(15, Ordering::Release);
-            let b = charge(&ring, 15);
-            let freed = a.join().unwrap().unwrap();
-            let admitted = 2 + u64::from(b);
-            assert_eq!(ring.admitted(), admitted);
-            let front = ring.front.load(Ordering::Relaxed);
-            let snaps: Vec<u32> = (front - 1..=front)
-                .map(|k| snapshot_of(ring.slot(k).load(Ordering::Relaxed)))
-                .collect();
-            assert!(
-                snaps[0] <= snaps[1] && u64::from(snaps[1]) <= admitted,
-                "{snaps:?}"
-            );
-            let tail = ring.read(10, || 15, false, |r| r.tail(0)).unwrap().0;
-            assert!(tail <= 3, "{tail} {freed}");
-        });
     }
 }

@@ -1,0 +1,59 @@
+// Ring refunds — a fill that read the count before an admission and a refund past it.
+//
+// Proves the refund's barrier on `goal` (`window/ring.rs`, "Refunds"): a Strict limiter,
+// L = 3, N = 1 bucket of 10 ns, holds 1 unit admitted at t = 5 (bucket 0). Thread A checks 1
+// and then refunds 2, at whatever the clock reads (5 or 15); thread B moves the clock to 15
+// and checks 1, filling bucket 1 — a fill that may have read the count (1) before A's
+// admission and the refund's raise. On every interleaving every check is admitted (3 units
+// fit), the refund frees exactly 2, `admitted_total()` is exactly 3, and
+// `assert_refunds_explained` finds one sequential history — refunds removing the oldest
+// units counted — that explains every decision and the peeks after joining at 15, 25 and
+// 35 ns: the two refunded units do not come back in bucket 1's or bucket 2's window, and no
+// window ever held more than L of admitted minus refunded.
+//
+// Would fail without the barrier: B's fill, having read count 1, establishes bucket 1's
+// snapshot at 1 after A's refund raised bucket 0's to 3, so the window of bucket 2 reads
+// 3 − 1 = 2 units where the history leaves 1 (a peek at 25 reports `remaining` 1, not 2):
+// the refunded unit is back.
+#![cfg(slidegate_loom)]
+
+use std::time::Duration;
+
+use loom::thread;
+use loom_tests::{Op, RingEvent, RingOp, Spec, assert_refunds_explained, model, run, run_ring};
+
+#[test]
+fn refund_racing_a_fill_that_read_an_older_count() {
+    model(|| {
+        let spec = Spec::strict(3, 1, 10);
+        let (limiter, clock) = spec.limiter();
+        clock.set(Duration::from_nanos(5));
+        assert!(limiter.check().is_allowed());
+
+        let a = {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                [
+                    run_ring(&limiter, 0, RingOp::Check(1)),
+                    run_ring(&limiter, 0, RingOp::Refund(2)),
+                ]
+            })
+        };
+        clock.set(Duration::from_nanos(15));
+        let b = run_ring(&limiter, 1, RingOp::Check(1));
+        let [a_check, a_refund] = a.join().unwrap();
+        let racing: Vec<RingEvent> = vec![a_check, a_refund, b];
+
+        assert!(a_check.charged() == 1 && b.charged() == 1, "{racing:#?}");
+        assert_eq!(a_refund.freed, 2, "{racing:#?}");
+        assert_eq!(limiter.admitted_total(), 3, "{racing:#?}");
+        let finals: Vec<_> = [15, 25, 35]
+            .into_iter()
+            .map(|t| {
+                clock.set(Duration::from_nanos(t));
+                run(&limiter, 2, Op::Peek)
+            })
+            .collect();
+        assert_refunds_explained(&spec, &[(0, 1)], &racing, &finals);
+    });
+}
