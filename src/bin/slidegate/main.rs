@@ -315,20 +315,9 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
             } else {
                 String::new()
             },
-            bytes_per_key: Some(a.quota.bytes_per_key()),
+            bytes_per_key: a.quota.bytes_per_key(),
             reference: a.is_reference(),
             replay,
-        });
-    }
-    if !entries.iter().any(|e| e.reference) {
-        // The library's exact log is not implemented yet (see run::PENDING).
-        entries.push(Entry {
-            name: "ExactLog (model)".to_owned(),
-            label: "ExactLog (model)".to_owned(),
-            granularity: String::new(),
-            bytes_per_key: None,
-            reference: true,
-            replay: run::definition(&trace, args.limit, window),
         });
     }
     progress.finish_and_clear();
@@ -412,7 +401,7 @@ struct Entry {
     name: String,
     label: String,
     granularity: String,
-    bytes_per_key: Option<usize>,
+    bytes_per_key: usize,
     reference: bool,
     replay: run::Replay,
 }

@@ -14,8 +14,7 @@ pub struct Row {
     pub wrongly_allowed: u64,
     pub wrongly_denied: u64,
     pub worst_window: u64,
-    /// `None` for the reference model, which is no limiter.
-    pub bytes_per_key: Option<usize>,
+    pub bytes_per_key: usize,
     pub elapsed: Duration,
 }
 
@@ -95,8 +94,7 @@ pub fn table(rows: &[Row], limit: u64, window: Duration) -> String {
                 percent(r.wrongly_allowed, r.requests),
                 percent(r.wrongly_denied, r.requests),
                 r.worst_window.to_string(),
-                r.bytes_per_key
-                    .map_or_else(|| "–".to_owned(), |b| b.to_string()),
+                r.bytes_per_key.to_string(),
                 rate(r.decisions_per_second()),
             ]
         })
@@ -183,7 +181,7 @@ mod tests {
             wrongly_allowed: 0,
             wrongly_denied: 12,
             worst_window: 100,
-            bytes_per_key: Some(210),
+            bytes_per_key: 210,
             elapsed: Duration::from_millis(1),
         };
         let t = table(

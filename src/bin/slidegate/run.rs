@@ -6,7 +6,6 @@
 //! production, and as in Cloudflare's comparison. "Wrongly allowed" and "wrongly denied" are
 //! per-request disagreements with the exact log, as a share of all requests.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
@@ -22,20 +21,6 @@ pub struct Algorithm {
     pub quota: Quota,
     /// Whether the granularity is a parameter of the algorithm (shown in the table).
     pub bucketed: bool,
-}
-
-/// Modes whose cells are not implemented in the library yet.
-///
-/// On `main` at a5cd8af `Mode::ExactLog` exists but its cell (`src/window/log.rs`) is still
-/// `unimplemented!()`: a check panics. Until it lands the simulator leaves its row out and
-/// takes the reference from [`definition`], a plain model of the exact log's rule.
-/// TODO(cells): empty this list when the cell lands on `main`; the exact log then becomes the
-/// reference.
-pub const PENDING: &[Mode] = &[Mode::ExactLog];
-
-/// Whether `mode` can be replayed (its cell is implemented).
-pub fn landed(mode: Mode) -> bool {
-    !PENDING.contains(&mode)
 }
 
 impl Algorithm {
@@ -81,10 +66,7 @@ pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorit
         (Mode::FixedWindow, "FixedWindow"),
         (Mode::Gcra, "GCRA"),
         (Mode::ExactLog, "ExactLog"),
-    ]
-    .into_iter()
-    .filter(|&(mode, _)| landed(mode))
-    {
+    ] {
         out.push(Algorithm {
             name,
             // FixedWindow sets its granularity to the window; the others have none.
@@ -123,37 +105,6 @@ pub fn replay(trace: &Trace, quota: Quota, progress: &ProgressBar) -> Result<Rep
         allowed,
         elapsed: start.elapsed(),
     })
-}
-
-/// The exact sliding log's rule, computed plainly: admit cost `n` at `t` iff the cost admitted
-/// in `(t − W, t]` plus `n` is at most `L`. A queue of admissions and a running sum per key.
-pub fn definition(trace: &Trace, limit: u64, window: u64) -> Replay {
-    let start = Instant::now();
-    let mut logs: Vec<(VecDeque<(u64, u64)>, u64)> = vec![Default::default(); trace.keys.len()];
-    let mut allowed = Vec::with_capacity(trace.requests.len());
-    for r in &trace.requests {
-        let (log, sum) = &mut logs[r.key as usize];
-        if let Some(cut) = r.at.checked_sub(window) {
-            while let Some(&(t, c)) = log.front() {
-                if t > cut {
-                    break;
-                }
-                *sum -= c;
-                log.pop_front();
-            }
-        }
-        let cost = u64::from(r.cost);
-        let ok = *sum + cost <= limit;
-        if ok {
-            log.push_back((r.at, cost));
-            *sum += cost;
-        }
-        allowed.push(ok);
-    }
-    Replay {
-        allowed,
-        elapsed: start.elapsed(),
-    }
 }
 
 /// Each key's requests, as indices into the trace in time order.
@@ -262,6 +213,38 @@ mod tests {
     use crate::generate::{Params, Scenario, generate};
 
     const S: u64 = 1_000_000_000;
+
+    /// The exact sliding log's rule, computed plainly: admit cost `n` at `t` iff the cost admitted
+    /// in `(t − W, t]` plus `n` is at most `L`. A queue of admissions and a running sum per key.
+    fn definition(trace: &Trace, limit: u64, window: u64) -> Replay {
+        let start = Instant::now();
+        let mut logs: Vec<(std::collections::VecDeque<(u64, u64)>, u64)> =
+            vec![Default::default(); trace.keys.len()];
+        let mut allowed = Vec::with_capacity(trace.requests.len());
+        for r in &trace.requests {
+            let (log, sum) = &mut logs[r.key as usize];
+            if let Some(cut) = r.at.checked_sub(window) {
+                while let Some(&(t, c)) = log.front() {
+                    if t > cut {
+                        break;
+                    }
+                    *sum -= c;
+                    log.pop_front();
+                }
+            }
+            let cost = u64::from(r.cost);
+            let ok = *sum + cost <= limit;
+            if ok {
+                log.push_back((r.at, cost));
+                *sum += cost;
+            }
+            allowed.push(ok);
+        }
+        Replay {
+            allowed,
+            elapsed: start.elapsed(),
+        }
+    }
 
     /// The definition, by brute force: every earlier admission of the key is looked at.
     fn brute_definition(trace: &Trace, limit: u64, window: u64) -> Vec<bool> {
@@ -376,6 +359,40 @@ mod tests {
     }
 
     #[test]
+    fn the_library_exact_log_is_the_definition() {
+        let p = params();
+        for s in [
+            Scenario::Mixed,
+            Scenario::Bursts,
+            Scenario::Churn,
+            Scenario::Boundary,
+        ] {
+            let trace = generate(s, &p);
+            let quota = Quota::new(p.limit, Duration::from_nanos(p.window))
+                .unwrap()
+                .with_mode(Mode::ExactLog);
+            let got = replay(&trace, quota, &ProgressBar::hidden())
+                .unwrap()
+                .allowed;
+            assert_eq!(got, definition(&trace, p.limit, p.window).allowed, "{s}");
+        }
+        // Costs, and the edge of the half-open window (t − W, t].
+        let mut b = crate::trace::TraceBuilder::default();
+        let k = b.key("k");
+        for (at, cost) in [(0, 3), (5, 2), (10, 3), (14, 1), (15, 2), (20, 1), (20, 3)] {
+            b.push(at, k, cost);
+        }
+        let trace = b.finish();
+        let quota = Quota::new(5, Duration::from_nanos(10))
+            .unwrap()
+            .with_mode(Mode::ExactLog);
+        let got = replay(&trace, quota, &ProgressBar::hidden())
+            .unwrap()
+            .allowed;
+        assert_eq!(got, [true, true, true, false, true, true, false]);
+    }
+
+    #[test]
     fn strict_never_exceeds_the_limit_and_fixed_window_doubles_it_under_attack() {
         let p = params();
         let trace = generate(Scenario::Boundary, &p);
@@ -383,7 +400,7 @@ mod tests {
         let base = Quota::new(p.limit, Duration::from_nanos(p.window)).unwrap();
         let algos = algorithms(base, &[]).unwrap();
         // N = 1 and 10; 10 s / 60 is not whole nanoseconds.
-        assert_eq!(algos.len(), 2 * 2 + 3 - PENDING.len());
+        assert_eq!(algos.len(), 2 * 2 + 3);
         let reference = definition(&trace, p.limit, p.window).allowed;
         assert_eq!(worst_window(&trace, &keys, &reference, p.window), p.limit);
         for a in &algos {
