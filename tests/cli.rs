@@ -348,4 +348,20 @@ fn a_bare_slidegate_is_simulate_with_its_defaults() {
     }
     assert_eq!(row(&rows, "FixedWindow", "")[WORST], "200");
     assert_eq!(row(&rows, "ExactLog", "")[WRONGLY_DENIED], "0%");
+
+    // A bare `slidegate` takes simulate's options too.
+    let out = succeeded(&slidegate(
+        &dir.0,
+        &[
+            "--scenario",
+            "boundary",
+            "--limit",
+            "10",
+            "--window",
+            "600ms",
+            "--duration",
+            "6s",
+        ],
+    ));
+    assert_eq!(row(&table(&out), "FixedWindow", "")[WORST], "20");
 }

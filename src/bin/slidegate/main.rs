@@ -34,12 +34,16 @@ use crate::trace::Trace;
 
 /// slidegate's command-line tool: see what each rate-limiting algorithm admits on your traffic.
 ///
-/// Without a command, runs `slidegate simulate` with its defaults.
+/// Without a command, runs `slidegate simulate` (its options may be given too).
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// `simulate`'s options, for a bare `slidegate`.
+    #[command(flatten)]
+    simulate: Simulate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,15 +163,10 @@ impl Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let command = cli.command.unwrap_or_else(|| {
-        // A bare `slidegate` is `slidegate simulate` with its defaults.
-        match Cli::parse_from(["slidegate", "simulate"]).command {
-            Some(c) => c,
-            None => unreachable!("parsed with a subcommand"),
-        }
-    });
-    let result = match command {
-        Command::Simulate(args) => simulate(&args),
+    // A bare `slidegate` is `slidegate simulate`.
+    let result = match cli.command {
+        Some(Command::Simulate(args)) => simulate(&args),
+        None => simulate(&cli.simulate),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
