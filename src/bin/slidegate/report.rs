@@ -143,7 +143,8 @@ wrongly allowed / denied: requests this algorithm admitted and the exact log den
   first disagreement its state differs from the exact log's and later requests are judged on
   what it admitted itself (as in production, and as in Cloudflare's comparison).
 worst: the most cost one key had admitted in any interval (t - W, t].
-bytes/key: approximate state per key in the keyed limiter (Quota::bytes_per_key).
+bytes/key: the algorithm's state per key (Quota::bytes_per_key); the keyed store adds the key
+  and its table slot.
 decisions/s: one thread, wall time of that algorithm's replay on the simulated clock.";
 
 #[cfg(test)]
