@@ -32,7 +32,9 @@
 //!   up again under the lock and is charged to the fresh entry — no admission is lost.
 //!   Unlinked entries are freed with `defer_destroy`, so never while a reader holds them.
 //! - **Eviction is incremental.** Every insert examines a few slots after a cursor that goes
-//!   round the table ([`SWEEP`]), evicting the idle entries it finds; a store at `max_keys`
+//!   round the table ([`SWEEP`]), evicting the entries it finds idle for a whole window
+//!   already (so that keys in steady use, idle for a moment between checks, are not
+//!   evicted and re-inserted over and over); a store at `max_keys`
 //!   examines up to [`SAMPLE`] entries for an idle one before forcing out the least recently
 //!   active of them. [`Store::retain_recent`] sweeps the whole table in chunks, releasing the
 //!   lock between chunks. No full scan ever runs under the lock.
@@ -313,12 +315,16 @@ where
         sync::lock(&self.writer)
     }
 
-    /// Examines [`SWEEP`] slots after the cursor, evicting idle entries.
+    /// Examines [`SWEEP`] slots after the cursor, evicting entries that have been idle for a
+    /// whole window already (`State::retire_stale`). Evicting every idle entry instead made
+    /// keys in steady use thrash: a GCRA key is idle a moment after each check, and each
+    /// insert evicted up to four such keys, each of which came back as an insert
+    /// (`cargo bench --bench algorithms -- keyed_1000/slidegate/gcra`: 139 ns a check).
     fn sweep(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
         for _ in 0..SWEEP {
             let i = writer.cursor & table.mask;
             writer.cursor = writer.cursor.wrapping_add(1);
-            self.evict_if_idle(writer, table, i, now, guard);
+            self.evict_if(writer, table, i, guard, |state| state.retire_stale(now));
         }
     }
 
@@ -369,13 +375,25 @@ where
         now: u64,
         guard: &Guard,
     ) -> bool {
+        self.evict_if(writer, table, i, guard, |state| state.retire_idle(now))
+    }
+
+    /// Unlinks the entry in slot `i` if `retire` retires its state (an idle retirement).
+    fn evict_if(
+        &self,
+        writer: &mut Writer,
+        table: &Table<K>,
+        i: usize,
+        guard: &Guard,
+        retire: impl FnOnce(&State) -> bool,
+    ) -> bool {
         let slot = table.slots[i].load(Ordering::Relaxed, guard);
         if slot.is_null() {
             return false;
         }
         // SAFETY: as in `get`.
         let entry = unsafe { slot.deref() };
-        if !entry.state.retire_idle(now) {
+        if !retire(&entry.state) {
             return false;
         }
         self.unlink(writer, table, i, slot, guard);
@@ -579,6 +597,27 @@ mod tests {
         // Load at most 3/4.
         let table = store.table(&guard);
         assert!(4 * 1000 <= 3 * (table.mask + 1));
+    }
+
+    #[test]
+    fn inserts_evict_only_entries_idle_for_a_whole_window() {
+        // SHAPE: W = 20 ns. Keys charged at t = 0 are idle from t = 30 (bucket 3 > 0 + N).
+        let store = Store::new(ahash::RandomState::new(), usize::MAX);
+        for key in 0..4 {
+            touch(&store, key, 0);
+        }
+        // Idle, but not yet for a window: sweeps pass them by (no thrash of keys in use).
+        for key in 100..120 {
+            touch(&store, key, 49);
+        }
+        assert_eq!(store.evictions(), 0);
+        assert!((0..4).all(|key| held(&store, key)));
+        // Idle since t = 30, a window before t = 50: the sweeps take them.
+        for key in 200..240 {
+            touch(&store, key, 50);
+        }
+        assert_eq!(store.evictions(), 4);
+        assert!((0..4).all(|key| !held(&store, key)));
     }
 
     #[test]

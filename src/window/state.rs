@@ -220,6 +220,20 @@ impl State {
         }
     }
 
+    /// Retires the state if it has been indistinguishable from a fresh one for at least one
+    /// more window (its quota's `W`; GCRA's `τ`): what incremental sweeps evict, so that a key
+    /// in steady use is not evicted and re-inserted between two of its checks. Earlier than
+    /// `now` is always safe to judge at: idle then means idle at `now` and after.
+    pub(crate) fn retire_stale(&self, now: u64) -> bool {
+        let window = match self {
+            State::Ring { granularity, ring } => granularity.saturating_mul(ring.buckets()),
+            State::Log { window, .. } => *window,
+            State::Gcra { rule, .. } => rule.tolerance,
+        };
+        now.checked_sub(window)
+            .is_some_and(|then| self.retire_idle(then))
+    }
+
     /// Retires the state whatever it holds.
     pub(crate) fn retire_now(&self) -> bool {
         match self {
