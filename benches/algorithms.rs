@@ -207,13 +207,16 @@ fn keyed_two_threads(c: &mut Criterion) {
             })
         });
     }
-    group.bench_function(BenchmarkId::new("naive", "mutex_hashmap_vecdeque_log"), |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, &|t, i| {
-                black_box(naive.check(key(t, i)));
+    group.bench_function(
+        BenchmarkId::new("naive", "mutex_hashmap_vecdeque_log"),
+        |b| {
+            b.iter_custom(|iters| {
+                two_threads(iters, &|t, i| {
+                    black_box(naive.check(key(t, i)));
+                })
             })
-        })
-    });
+        },
+    );
     group.finish();
 }
 

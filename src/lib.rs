@@ -116,7 +116,7 @@
 //!   oldest units it counts — so, for the log and the counter, a limiter that can only be
 //!   stricter than an exact refund, never looser; GCRA moves its arrival time back exactly.
 //! - For outbound calls, [`SlidingWindow::wait`] blocks until a cost is admitted and, with
-//!   the `tokio` feature, [`SlidingWindow::until_ready`] awaits it; both can add a random
+//!   the `tokio` feature, `SlidingWindow::until_ready` awaits it; both can add a random
 //!   jitter to each wait. The keyed limiter has the same four per key.
 //!
 //! # Time
