@@ -229,8 +229,8 @@ where
         let now = || self.clock.now().0;
         self.store
             .get(key, hash, guard)
-            .filter(|e| e.fits(Shape::of(&rule)))
-            .and_then(|e| e.state.refund(&rule, now, n))
+            .filter(|e| e.fits(Shape::of(rule)))
+            .and_then(|e| e.state.refund(rule, now, n))
             .unwrap_or(0)
     }
 
@@ -537,8 +537,8 @@ where
 
     /// The rule for `key`: its override, else the default.
     #[inline]
-    fn rule_for(&self, key: &K, guard: &Guard) -> Rule {
-        self.overrides.get(key, guard).unwrap_or(self.rule)
+    fn rule_for<'g>(&'g self, key: &K, guard: &'g Guard) -> &'g Rule {
+        self.overrides.get(key, guard).unwrap_or(&self.rule)
     }
 
     /// Checks and charges `n`, validated against the key's quota.
@@ -565,16 +565,16 @@ where
         let mut rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let mut entry: &Entry<K> = match self.store.get(key, hash, guard) {
-            Some(entry) if entry.fits(Shape::of(&rule)) => entry,
+            Some(entry) if entry.fits(Shape::of(rule)) => entry,
             _ => self.insert(key, hash, guard),
         };
         loop {
-            if !entry.fits(Shape::of(&rule)) {
+            if !entry.fits(Shape::of(rule)) {
                 // The key's quota changed shape since `rule` was read (the insert path used
                 // the newer one): judge under the newer one.
                 rule = self.rule_for(key, guard);
                 rule.validate(n)?;
-                if !entry.fits(Shape::of(&rule)) {
+                if !entry.fits(Shape::of(rule)) {
                     entry = self.insert(key, hash, guard);
                 }
                 continue;
@@ -584,9 +584,9 @@ where
             // 33.6 ns instead of 26.5 (`cargo bench --bench keyed -- 'keyed_allowed/.*/1000$'`).
             let decided = match (&entry.state, op) {
                 (State::Ring { ring, .. }, Op::Charge) => {
-                    charge_ring(ring, &rule, now, n).map(|d| (d, 0))
+                    charge_ring(ring, rule, now, n).map(|d| (d, 0))
                 }
-                (state, op) => state.check_out_of_line(&rule, &now, n, op),
+                (state, op) => state.check_out_of_line(rule, &now, n, op),
             };
             match decided {
                 Some((decision, ticket)) => {
@@ -610,20 +610,20 @@ where
         let live = self
             .store
             .get(key, hash, guard)
-            .filter(|e| e.fits(Shape::of(&rule)));
-        if let Some((decision, _)) = live.and_then(|e| e.state.check(&rule, now, n, Op::Peek)) {
+            .filter(|e| e.fits(Shape::of(rule)));
+        if let Some((decision, _)) = live.and_then(|e| e.state.check(rule, now, n, Op::Peek)) {
             return Ok(decision);
         }
         // Absent, retired (so idle or forcibly evicted), or of another shape (the next check
         // starts it afresh): a fresh window.
-        Ok(State::peek_fresh(&rule, now(), n))
+        Ok(State::peek_fresh(rule, now(), n))
     }
 
     /// The writer path: `key`'s live entry, inserted if need be, of the shape of the key's
     /// quota as published when the store's lock is taken.
     #[cold]
     fn insert<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> &'g Entry<K> {
-        let shape = || Shape::of(&self.rule_for(key, guard));
+        let shape = || Shape::of(self.rule_for(key, guard));
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
     }
@@ -875,7 +875,7 @@ where
     }
 
     #[inline]
-    fn get(&self, key: &K, guard: &Guard) -> Option<Rule> {
+    fn get<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g Rule> {
         // Acquire: pairs with the Release in `update`, so the map's contents are visible.
         let map = self.map.load(Ordering::Acquire, guard);
         if map.is_null() {
@@ -883,7 +883,7 @@ where
         }
         // SAFETY: non-null maps are freed by `defer_destroy` after being replaced, so not
         // before `guard` is dropped.
-        unsafe { map.deref() }.get(key).copied()
+        unsafe { map.deref() }.get(key)
     }
 
     /// Publishes a copy of the map changed by `change`.
