@@ -533,7 +533,7 @@ mod tests {
             panic!("a ring shape makes a ring")
         };
         let read = ring.read(*granularity, || now, true, |_| ());
-        assert!(read.is_some_and(|((), r)| ring.try_charge(&r, 1)));
+        assert!(read.is_some_and(|((), r)| ring.try_charge(r, 1)));
     }
 
     fn held<S: BuildHasher>(store: &Store<u32, S>, key: u32) -> bool {

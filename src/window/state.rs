@@ -286,7 +286,7 @@ pub(crate) fn charge_ring(
         let (decision, reading) = ring.read(rule.granularity, &now, true, |r| {
             rule.judge(r.offset, n, false, |j| r.tail(j))
         })?;
-        if !decision.is_allowed() || ring.try_charge(&reading, n) {
+        if !decision.is_allowed() || ring.try_charge(reading, n) {
             return Some(decision);
         }
         // Lost the CAS to a concurrent admission (or a retirement): judge again.
