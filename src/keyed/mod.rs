@@ -429,11 +429,13 @@ where
 
     /// Gives `key` its own quota from now on, while checks go on.
     ///
-    /// What happens to the key's counts: if the new quota has the same window and granularity
-    /// as the one the key is counted in, its counts are kept and the new limit and mode apply
-    /// from the next check (a key above a lowered limit is denied until enough leaves the
-    /// window). Otherwise the bucket geometry differs and the counts cannot be carried over
-    /// exactly, so the key starts a fresh window under the new quota at its next check.
+    /// What happens to the key's counts: if the key's state has the shape the new quota
+    /// needs, its counts are kept and the new limit (and mode) apply from the next check (a
+    /// key above a lowered limit is denied until enough leaves the window). The shape is: for
+    /// Strict, Weighted and the fixed window (which share one state), the same window and
+    /// granularity; for the exact log, the same window and a limit of the same power-of-two
+    /// capacity; for GCRA, the same limit and window. Otherwise the counts cannot be carried
+    /// over exactly, so the key starts afresh under the new quota at its next check.
     ///
     /// Overrides live in one map that each change copies and republishes (checks never wait
     /// for it), so a change costs time in proportion to the number of overrides: meant for
