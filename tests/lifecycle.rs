@@ -196,3 +196,42 @@ fn refunds_and_multi_checks_work_for_every_algorithm() {
         }
     }
 }
+
+/// A key's counts survive a quota change that keeps its state's shape (Strict to Weighted to
+/// fixed window over one bucket; a log limit of the same capacity) and start afresh when the
+/// shape changes (another algorithm's state).
+#[test]
+fn quota_changes_keep_counts_only_within_one_shape() {
+    let clock = ManualClock::new();
+    let one_bucket = |limit, mode| {
+        Quota::new(limit, Duration::from_secs(1))
+            .unwrap()
+            .with_granularity(Duration::from_secs(1))
+            .unwrap()
+            .with_mode(mode)
+    };
+    let limiter = KeyedLimiter::with_clock(one_bucket(2, Mode::Strict), clock.clone());
+    assert!(limiter.check_n(&"k", 2).unwrap().is_allowed());
+    for mode in [Mode::Weighted, Mode::FixedWindow, Mode::Strict] {
+        limiter.quota_for(&"k", one_bucket(2, mode));
+        assert!(
+            !limiter.check(&"k").is_allowed(),
+            "{mode:?} lost the counts"
+        );
+    }
+    // Another algorithm: a fresh state.
+    limiter.quota_for(&"k", one_bucket(3, Mode::ExactLog));
+    assert!(limiter.check_n(&"k", 3).unwrap().is_allowed());
+    // The log's capacity for 3 and 4 is 4: the units stay, under the larger limit.
+    limiter.quota_for(&"k", one_bucket(4, Mode::ExactLog));
+    assert_eq!(limiter.peek(&"k").remaining(), 1);
+    // GCRA keeps its state only for the same limit and window.
+    limiter.quota_for(&"k", one_bucket(2, Mode::Gcra));
+    assert!(limiter.check_n(&"k", 2).unwrap().is_allowed());
+    assert!(!limiter.check(&"k").is_allowed());
+    limiter.quota_for(&"k", one_bucket(3, Mode::Gcra));
+    assert!(
+        limiter.check_n(&"k", 3).unwrap().is_allowed(),
+        "a new GCRA rule starts afresh"
+    );
+}
