@@ -4,6 +4,8 @@
 //!
 //! - `algorithms_direct`: one limiter, allowed checks.
 //! - `algorithms_keyed_1000`: 1000 held keys visited in a scattered order, allowed checks.
+//! - `check_all`: one request against two direct Strict limits, all or nothing, against the
+//!   two plain checks it replaces (which are not atomic together).
 //! - `algorithms_keyed_2_threads`: two threads, each on its own 1000 keys, for the exact logs
 //!   (slidegate's lock-free one against the naive one behind its mutex) and governor. An
 //!   iteration is one check on each thread: the time shown is wall time per pair.
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use slidegate::clock::{Clock, QuantaClock};
-use slidegate::{KeyedLimiter, MAX_LIMIT, Mode, Quota, SlidingWindow};
+use slidegate::{KeyedLimiter, Limit, MAX_LIMIT, Mode, Quota, SlidingWindow, check_all};
 
 const KEYS: u64 = 1000;
 
@@ -157,6 +159,25 @@ fn keyed(c: &mut Criterion) {
     group.finish();
 }
 
+fn multi(c: &mut Criterion) {
+    let mut group = c.benchmark_group("check_all");
+    configure(&mut group);
+    let (a, b) = (
+        SlidingWindow::new(quota(Mode::Strict, 0)),
+        SlidingWindow::new(quota(Mode::Strict, 0)),
+    );
+    group.bench_function(BenchmarkId::new("slidegate", "two_checks"), |bench| {
+        bench.iter(|| black_box(a.check().is_allowed() && b.check().is_allowed()))
+    });
+    group.bench_function(BenchmarkId::new("slidegate", "check_all_2"), |bench| {
+        bench.iter(|| {
+            let limits: [(&dyn Limit, u64); 2] = [(&a, 1), (&b, 1)];
+            black_box(check_all(&limits).is_ok_and(|d| d.is_allowed()))
+        })
+    });
+    group.finish();
+}
+
 /// Runs `check(thread, i)` for `iters` iterations on two threads; the wall time of both.
 fn two_threads(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
     let barrier = Barrier::new(2);
@@ -226,5 +247,6 @@ fn main() {
     direct(&mut criterion);
     keyed(&mut criterion);
     keyed_two_threads(&mut criterion);
+    multi(&mut criterion);
     criterion.final_summary();
 }

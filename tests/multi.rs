@@ -252,3 +252,22 @@ proptest! {
         prop_assert_eq!(b.admitted_total(), charged[1]);
     }
 }
+
+/// More limits than `check_all` holds inline (8): all charged, or none.
+#[test]
+fn many_limits_are_all_or_nothing() {
+    let clock = ManualClock::new();
+    let q = |limit| Quota::new(limit, Duration::from_secs(1)).unwrap();
+    let limiters: Vec<SlidingWindow<ManualClock>> = (0..12)
+        .map(|i| SlidingWindow::with_clock(q(if i == 11 { 1 } else { 5 }), clock.clone()))
+        .collect();
+    let limits: Vec<(&dyn Limit, u64)> = limiters.iter().map(|l| (l as &dyn Limit, 1)).collect();
+    assert!(check_all(&limits).unwrap().is_allowed());
+    let d = check_all(&limits).unwrap();
+    assert_eq!(d.denied_by(), Some(11));
+    for (i, l) in limiters.iter().enumerate() {
+        assert_eq!(l.admitted_total(), 1, "limit {i}");
+        let expect = if i == 11 { 0 } else { 4 };
+        assert_eq!(l.peek().remaining(), expect, "limit {i}");
+    }
+}
