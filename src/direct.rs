@@ -203,13 +203,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// ```
     pub fn wait_with_jitter(&self, n: u64, jitter: Duration) -> Result<Decision, CostError> {
         self.rule.validate(n)?;
-        loop {
-            let decision = self.acquire(n);
-            if decision.is_allowed() {
-                return Ok(decision);
-            }
-            self.clock.sleep(wait::pause(&decision, jitter));
-        }
+        wait::block(|| Ok(self.acquire(n)), |d| self.clock.sleep(d), jitter)
     }
 
     /// Waits asynchronously, on tokio's timer, until cost `n` is admitted, and returns that
@@ -258,13 +252,7 @@ impl<C: Clock> SlidingWindow<C> {
         jitter: Duration,
     ) -> Result<Decision, CostError> {
         self.rule.validate(n)?;
-        loop {
-            let decision = self.acquire(n);
-            if decision.is_allowed() {
-                return Ok(decision);
-            }
-            tokio::time::sleep(wait::pause(&decision, jitter)).await;
-        }
+        wait::ready(|| Ok(self.acquire(n)), jitter).await
     }
 
     /// The quota this limiter enforces.

@@ -1,19 +1,50 @@
 //! Waiting for room: the blocking `wait` and, behind the `tokio` feature, `until_ready`.
 //!
-//! Both (in `direct.rs` and `keyed/mod.rs`) loop on a check: when it is denied they wait its `retry_after` (the earliest time the
-//! same request could be admitted if nothing else arrived), plus an optional random jitter
-//! so that many clients denied together do not all return at the same instant, and check
-//! again. Under contention the wait may repeat; the check that finally passes is charged
-//! once.
+//! Both loop on a check ([`block`], [`ready`]; the direct and keyed limiters supply the
+//! check): when it is denied they wait its `retry_after` (the earliest time the same request
+//! could be admitted if nothing else arrived), plus an optional random jitter so that many
+//! clients denied together do not all return at the same instant, and check again. Under
+//! contention the wait may repeat; the check that finally passes is charged once.
 
 use core::cell::Cell;
 use core::time::Duration;
 
-use crate::decision::Decision;
+use crate::decision::{CostError, Decision};
+
+/// Runs `check` until it admits, sleeping through `sleep` after each denial; a cost error
+/// ends the wait at once.
+pub(crate) fn block(
+    mut check: impl FnMut() -> Result<Decision, CostError>,
+    sleep: impl Fn(Duration),
+    jitter: Duration,
+) -> Result<Decision, CostError> {
+    loop {
+        let decision = check()?;
+        if decision.is_allowed() {
+            return Ok(decision);
+        }
+        sleep(pause(&decision, jitter));
+    }
+}
+
+/// [`block`] on tokio's timer.
+#[cfg(feature = "tokio")]
+pub(crate) async fn ready(
+    mut check: impl FnMut() -> Result<Decision, CostError>,
+    jitter: Duration,
+) -> Result<Decision, CostError> {
+    loop {
+        let decision = check()?;
+        if decision.is_allowed() {
+            return Ok(decision);
+        }
+        tokio::time::sleep(pause(&decision, jitter)).await;
+    }
+}
 
 /// What to wait before checking again after `denied`: its `retry_after` (at least 1 ns) plus
 /// a uniformly random jitter in `0 ..= jitter`.
-pub(crate) fn pause(denied: &Decision, jitter: Duration) -> Duration {
+fn pause(denied: &Decision, jitter: Duration) -> Duration {
     let wait = denied
         .retry_after()
         .unwrap_or_default()

@@ -271,13 +271,7 @@ where
         n: u64,
         jitter: Duration,
     ) -> Result<Decision, CostError> {
-        loop {
-            let decision = self.acquire(key, n)?;
-            if decision.is_allowed() {
-                return Ok(decision);
-            }
-            self.clock.sleep(wait::pause(&decision, jitter));
-        }
+        wait::block(|| self.acquire(key, n), |d| self.clock.sleep(d), jitter)
     }
 
     /// Waits asynchronously, on tokio's timer, until cost `n` is admitted to `key` (feature
@@ -324,13 +318,7 @@ where
         n: u64,
         jitter: Duration,
     ) -> Result<Decision, CostError> {
-        loop {
-            let decision = self.acquire(key, n)?;
-            if decision.is_allowed() {
-                return Ok(decision);
-            }
-            tokio::time::sleep(wait::pause(&decision, jitter)).await;
-        }
+        wait::ready(|| self.acquire(key, n), jitter).await
     }
 
     /// The number of keys held, idle keys not yet evicted included.
