@@ -605,12 +605,14 @@ where
             None
         };
         let mut entry = match found {
-            Some(entry) if entry.fits(Shape::of(rule)) => entry,
-            _ => self.insert(key, hash, guard),
+            Some(entry) => entry,
+            None => self.insert(key, hash, guard),
         };
+        // One shape test on the hot path; an entry of another shape (the key's quota changed)
+        // is replaced by the writer path below.
         while !entry.fits(Shape::of(rule)) {
-            // The key's quota changed shape since `rule` was read (the insert path used the
-            // newer one): judge under the newer one.
+            // The key's quota changed shape (since `rule` was read, or since the entry was
+            // made): judge under the newest quota, in an entry of its shape.
             rule = self.rule_for(key, guard);
             rule.validate(n)?;
             if !entry.fits(Shape::of(rule)) {

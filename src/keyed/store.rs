@@ -190,7 +190,22 @@ where
     /// may be retired (its ring says so); the caller then goes to [`Store::get_or_insert`].
     #[inline]
     pub(crate) fn get<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> Option<&'g Entry<K>> {
-        let table = self.table(guard);
+        self.find(self.table(guard), key, hash, guard)
+            // SAFETY: non-null slots point to entries freed only by `defer_destroy` after being
+            // unlinked, so not before `guard` is dropped.
+            .map(|(_, slot)| unsafe { slot.deref() })
+    }
+
+    /// The slot index and pointer of `key`'s entry in `table`, probing from its home slot to
+    /// the first empty (not tombstone) slot.
+    #[inline]
+    fn find<'g>(
+        &self,
+        table: &Table<K>,
+        key: &K,
+        hash: u64,
+        guard: &'g Guard,
+    ) -> Option<(usize, Shared<'g, Entry<K>>)> {
         let mut i = table.home(hash);
         for _ in 0..=table.mask {
             // Acquire: pairs with the Release store that linked the entry, so its fields are
@@ -201,11 +216,10 @@ where
                     return None;
                 }
             } else {
-                // SAFETY: non-null slots point to entries freed only by `defer_destroy` after
-                // being unlinked, so not before `guard` is dropped.
+                // SAFETY: as in `get`: linked entries are freed only by `defer_destroy`.
                 let entry = unsafe { slot.deref() };
                 if entry.hash == hash && entry.key == *key {
-                    return Some(entry);
+                    return Some((i, slot));
                 }
             }
             i = (i + 1) & table.mask;
@@ -229,35 +243,24 @@ where
         let mut writer = self.lock();
         let shape = shape();
         let table = self.table(guard);
-        let mut i = table.home(hash);
-        for _ in 0..=table.mask {
-            let slot = table.slots[i].load(Ordering::Acquire, guard);
-            if slot.is_null() {
-                if slot.tag() != TOMBSTONE {
-                    break;
-                }
-            } else {
-                // SAFETY: as in `get`.
-                let entry = unsafe { slot.deref() };
-                if entry.hash == hash && entry.key == *key {
-                    // Under the lock an entry in the table is live (retire and unlink happen
-                    // together under it), so only a change of shape needs a new entry. Its
-                    // counts are dropped on purpose: see `KeyedLimiter::quota_for`.
-                    if entry.fits(shape) && !entry.state.is_retired() {
-                        return entry;
-                    }
-                    entry.state.retire_now();
-                    let fresh = Owned::new(Entry::new(hash, key.clone(), shape)).into_shared(guard);
-                    // Release: publishes the fresh entry's initialisation to lookups.
-                    table.slots[i].store(fresh, Ordering::Release);
-                    // SAFETY: `slot` is unlinked from the only table that is not itself
-                    // retired, and retired tables never free entries.
-                    unsafe { guard.defer_destroy(slot) };
-                    // SAFETY: just linked; freed only through `defer_destroy`.
-                    return unsafe { fresh.deref() };
-                }
+        if let Some((i, slot)) = self.find(table, key, hash, guard) {
+            // SAFETY: as in `get`.
+            let entry = unsafe { slot.deref() };
+            // Under the lock an entry in the table is live (retire and unlink happen together
+            // under it), so only a change of shape needs a new entry. Its counts are dropped on
+            // purpose: see `KeyedLimiter::quota_for`.
+            if entry.fits(shape) && !entry.state.is_retired() {
+                return entry;
             }
-            i = (i + 1) & table.mask;
+            entry.state.retire_now();
+            let fresh = Owned::new(Entry::new(hash, key.clone(), shape)).into_shared(guard);
+            // Release: publishes the fresh entry's initialisation to lookups.
+            table.slots[i].store(fresh, Ordering::Release);
+            // SAFETY: `slot` is unlinked from the only table that is not itself retired, and
+            // retired tables never free entries.
+            unsafe { guard.defer_destroy(slot) };
+            // SAFETY: just linked; freed only through `defer_destroy`.
+            return unsafe { fresh.deref() };
         }
 
         // The key is absent: make room, then link a fresh entry.
