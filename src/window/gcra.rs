@@ -92,10 +92,7 @@
 
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
-use crate::window::Op;
-
-/// The bit of the word that marks a retired cell.
-const RETIRED: u64 = 1 << 63;
+use crate::window::{self, Op, RETIRED};
 
 /// The largest TAT stored (times are below 2⁶³ ns).
 const MAX_TIME: u64 = RETIRED - 1;
@@ -312,14 +309,12 @@ impl Gcra {
 
     /// Retires the cell whatever it holds; `true` if this call retired it.
     pub(crate) fn retire_now(&self) -> bool {
-        // AcqRel: as in `retire_idle`; every later CAS fails, expecting a TAT without the bit.
-        self.tat.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED == 0
+        window::retire_now(&self.tat)
     }
 
     /// Whether the cell is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        // Relaxed: a hint for stores; decisions go through `check`'s Acquire.
-        self.tat.load(Ordering::Relaxed) & RETIRED != 0
+        window::is_retired(&self.tat)
     }
 
     /// The time (ns) from which the cell was last charged, a recency for LRU choices:

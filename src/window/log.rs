@@ -138,10 +138,8 @@
 
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
-use crate::window::Op;
-use crate::window::ring::{
-    COUNT, HIGH, PENDING_SHIFT, RETIRED, add_count, pending_of, update_reserved,
-};
+use crate::window::ring::{COUNT, HIGH, PENDING_SHIFT, add_count, pending_of, update_reserved};
+use crate::window::{self, Op, RETIRED};
 
 /// The shift of a slot's lap tag (bits 62..64).
 const LAP_SHIFT: u32 = 62;
@@ -678,15 +676,12 @@ impl Log {
 
     /// Retires the log whatever it holds; `true` if this call retired it.
     pub(crate) fn retire_now(&self) -> bool {
-        // AcqRel: as in `retire_idle`; every later claim fails because its expected `cum`
-        // lacks the bit.
-        self.cum.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED == 0
+        window::retire_now(&self.cum)
     }
 
     /// Whether the log is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        // Relaxed: a hint for stores; decisions go through `check`'s Acquire.
-        self.cum.load(Ordering::Relaxed) & RETIRED != 0
+        window::is_retired(&self.cum)
     }
 
     /// The time (ns) of the newest admission, 0 if none: a recency for LRU choices. A

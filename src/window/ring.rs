@@ -162,6 +162,7 @@ use core::cell::Cell;
 
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::window::{self, RETIRED};
 
 /// Packs a bucket's tag and snapshot into one slot word.
 #[inline]
@@ -185,9 +186,6 @@ fn snapshot_of(slot: u64) -> u32 {
 fn later(a: u32, b: u32) -> u32 {
     if (b.wrapping_sub(a) as i32) > 0 { b } else { a }
 }
-
-/// The bit of `cum` that marks a retired ring (see the module documentation).
-pub(super) const RETIRED: u64 = 1 << 63;
 
 /// The bits of `cum` that count admitted cost (mod 2³²).
 pub(super) const COUNT: u64 = u32::MAX as u64;
@@ -614,8 +612,7 @@ impl Ring {
 
     /// Whether the ring is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        // Relaxed: a hint for stores; the protocol's decisions go through `read`'s Acquire.
-        self.cum.load(Ordering::Relaxed) & RETIRED != 0
+        window::is_retired(&self.cum)
     }
 
     /// The start (ns) of the newest bucket in which anything may have been admitted: a
@@ -654,9 +651,7 @@ impl Ring {
     /// Retires the ring whatever it holds; `true` if this call retired it. Admissions counted
     /// in it are forgotten; none made after it is charged to it.
     pub(crate) fn retire_now(&self) -> bool {
-        // AcqRel: as in `retire_idle`; every later charge fails because its expected `cum`
-        // lacks the bit.
-        self.cum.fetch_or(RETIRED, Ordering::AcqRel) & RETIRED == 0
+        window::retire_now(&self.cum)
     }
 
     /// Moves `front` to at least `bucket`, helping or claiming fills as needed.
