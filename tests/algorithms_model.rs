@@ -7,10 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::Model;
+use common::{MODES, Model, assert_reset_is_tight, assert_retry_is_tight};
 use proptest::prelude::*;
 use slidegate::clock::ManualClock;
-use slidegate::{Decision, KeyedLimiter, Mode, Quota, SlidingWindow};
+use slidegate::{KeyedLimiter, Quota, SlidingWindow};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -18,14 +18,6 @@ enum Op {
     Peek,
     Refund(u64),
 }
-
-const MODES: [Mode; 5] = [
-    Mode::Strict,
-    Mode::Weighted,
-    Mode::FixedWindow,
-    Mode::ExactLog,
-    Mode::Gcra,
-];
 
 fn quota() -> impl Strategy<Value = Quota> {
     (
@@ -71,41 +63,6 @@ fn case() -> impl Strategy<Value = (Quota, Vec<(u64, Op)>)> {
         ];
         (Just(q), prop::collection::vec((step(g, w), op), 1..100))
     })
-}
-
-/// `retry_after` is the earliest wait that admits: waiting it admits, 1 ns less does not.
-fn assert_retry_is_tight(model: &Model, t: u64, n: u64, d: &Decision) {
-    let retry = d
-        .retry_after()
-        .expect("a denial carries retry_after")
-        .as_nanos() as u64;
-    assert!(
-        retry >= 1,
-        "a denied request cannot be admitted with no wait"
-    );
-    assert!(
-        model.admits(t + retry, n),
-        "waiting {retry} does not admit {n} at {t}"
-    );
-    assert!(
-        !model.admits(t + retry - 1, n),
-        "retry_after={retry} is not the earliest for {n} at {t}"
-    );
-}
-
-/// `reset_after` is when the window is empty: empty then, not empty 1 ns before.
-fn assert_reset_is_tight(model: &Model, t: u64, d: &Decision) {
-    let reset = d.reset_after().as_nanos() as u64;
-    assert!(
-        model.is_empty_at(t + reset),
-        "not empty after reset_after={reset} at {t}"
-    );
-    if reset > 0 {
-        assert!(
-            !model.is_empty_at(t + reset - 1),
-            "reset_after={reset} is not the earliest at {t}"
-        );
-    }
 }
 
 proptest! {

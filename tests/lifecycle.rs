@@ -6,17 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Model, worst_window};
+use common::{MODES, Model, worst_window};
 use slidegate::clock::{Clock, ManualClock, TokioClock};
 use slidegate::{CostError, KeyedLimiter, Limit, Mode, Quota, SlidingWindow, check_all};
-
-const MODES: [Mode; 5] = [
-    Mode::Strict,
-    Mode::Weighted,
-    Mode::FixedWindow,
-    Mode::ExactLog,
-    Mode::Gcra,
-];
 
 fn quota(limit: u64, window_ms: u64, mode: Mode) -> Quota {
     Quota::new(limit, Duration::from_millis(window_ms))

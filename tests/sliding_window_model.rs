@@ -5,10 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::Model;
+use common::{Model, assert_reset_is_tight, assert_retry_is_tight};
 use proptest::prelude::*;
 use slidegate::clock::ManualClock;
-use slidegate::{Decision, Mode, Quota, SlidingWindow};
+use slidegate::{Mode, Quota, SlidingWindow};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -62,41 +62,6 @@ fn case() -> impl Strategy<Value = (Quota, Vec<(u64, Op)>)> {
             prop::collection::vec((step(g, q.buckets()), op), 1..120),
         )
     })
-}
-
-/// `retry_after` is the earliest wait that admits: waiting it admits, 1 ns less does not.
-fn assert_retry_is_tight(model: &Model, t: u64, n: u64, d: &Decision) {
-    let retry = d
-        .retry_after()
-        .expect("a denial carries retry_after")
-        .as_nanos() as u64;
-    assert!(
-        retry >= 1,
-        "a denied request cannot be admitted with no wait"
-    );
-    assert!(
-        model.admits(t + retry, n),
-        "waiting retry_after={retry} does not admit {n} at {t}"
-    );
-    assert!(
-        !model.admits(t + retry - 1, n),
-        "retry_after={retry} is not the earliest for {n} at {t}"
-    );
-}
-
-/// `reset_after` is when the window is empty: empty then, not empty 1 ns before.
-fn assert_reset_is_tight(model: &Model, t: u64, d: &Decision) {
-    let reset = d.reset_after().as_nanos() as u64;
-    assert!(
-        model.is_empty_at(t + reset),
-        "window not empty after reset_after={reset} at {t}"
-    );
-    if reset > 0 {
-        assert!(
-            !model.is_empty_at(t + reset - 1),
-            "reset_after={reset} is not the earliest at {t}"
-        );
-    }
 }
 
 proptest! {

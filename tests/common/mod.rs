@@ -9,7 +9,16 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use slidegate::{Mode, Quota};
+use slidegate::{Decision, Mode, Quota};
+
+/// Every algorithm, for tests that run them all.
+pub const MODES: [Mode; 5] = [
+    Mode::Strict,
+    Mode::Weighted,
+    Mode::FixedWindow,
+    Mode::ExactLog,
+    Mode::Gcra,
+];
 
 /// The sequential specification of a sliding-window quota.
 #[derive(Clone, Debug)]
@@ -192,4 +201,39 @@ pub fn worst_window(admitted: &mut [(u64, u64)], window: u64) -> u64 {
         worst = worst.max(sum);
     }
     worst
+}
+
+/// `retry_after` is the earliest wait that admits: waiting it admits, 1 ns less does not.
+pub fn assert_retry_is_tight(model: &Model, t: u64, n: u64, d: &Decision) {
+    let retry = d
+        .retry_after()
+        .expect("a denial carries retry_after")
+        .as_nanos() as u64;
+    assert!(
+        retry >= 1,
+        "a denied request cannot be admitted with no wait"
+    );
+    assert!(
+        model.admits(t + retry, n),
+        "waiting retry_after={retry} does not admit {n} at {t}"
+    );
+    assert!(
+        !model.admits(t + retry - 1, n),
+        "retry_after={retry} is not the earliest for {n} at {t}"
+    );
+}
+
+/// `reset_after` is when the window is empty: empty then, not empty 1 ns before.
+pub fn assert_reset_is_tight(model: &Model, t: u64, d: &Decision) {
+    let reset = d.reset_after().as_nanos() as u64;
+    assert!(
+        model.is_empty_at(t + reset),
+        "window not empty after reset_after={reset} at {t}"
+    );
+    if reset > 0 {
+        assert!(
+            !model.is_empty_at(t + reset - 1),
+            "reset_after={reset} is not the earliest at {t}"
+        );
+    }
 }
