@@ -47,6 +47,13 @@ fn bad_quotas_are_errors_that_name_the_field() {
             Quota::new(1, s).and_then(|q| q.with_granularity(Duration::from_micros(10))),
             "100000 buckets",
         ),
+        (
+            Quota::new(1, s).and_then(|q| {
+                q.with_mode(Mode::FixedWindow)
+                    .with_granularity(Duration::from_millis(100))
+            }),
+            "granularity 100ms must equal the window 1s",
+        ),
     ];
     for (result, needle) in cases {
         let err = result.expect_err(needle);
