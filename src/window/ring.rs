@@ -275,7 +275,8 @@ pub(crate) struct Ring {
 
 /// The `cum` a judgement was made on, returned by [`Ring::read`] for [`Ring::try_charge`] and
 /// [`Ring::try_reserve`]. Only the word, not the whole [`Reading`]: moving the reading out of
-/// `read` (through the stack, with its flag's padding) measured 2–3 ns a keyed check.
+/// `read` went through the stack with store-forwarding stalls (`perf annotate`), 2–3 ns of a
+/// keyed check in a bare loop; see `Decision::new` for the benchmark of all three fixes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Seen(u64);
 
@@ -439,9 +440,9 @@ impl Ring {
 
     /// One decision on this ring: reads it at `now()`, asks `judge`, and applies `effect` to
     /// an allowed cost, re-judging whenever a reservation loses its CAS. Peeks and
-    /// `check_all` use it; the two check paths (`SlidingWindow::acquire`, `KeyedLimiter::take`)
-    /// write the same loop out with `try_charge`, because through this function they stop
-    /// being inlined (measured there). `None` if the ring is retired.
+    /// `check_all` use it; charges go through `state::charge_ring`, the same loop with
+    /// `try_charge`, because through this function the check paths stopped being inlined
+    /// (measured in `SlidingWindow::acquire`). `None` if the ring is retired.
     #[inline]
     pub(crate) fn decide(
         &self,
