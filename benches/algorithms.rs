@@ -23,10 +23,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::{Barrier, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Duration;
 
+mod common;
+
+use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use slidegate::clock::{Clock, QuantaClock};
@@ -93,12 +95,6 @@ impl NaiveLog {
     }
 }
 
-/// The `i`-th key, in a scattered order (a multiplicative permutation).
-#[inline]
-fn scattered(i: u64) -> u64 {
-    i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS
-}
-
 fn direct(c: &mut Criterion) {
     let mut group = c.benchmark_group("algorithms_direct");
     configure(&mut group);
@@ -127,7 +123,7 @@ fn keyed(c: &mut Criterion) {
     let mut i = 0u64;
     let mut next = move || {
         i += 1;
-        scattered(i)
+        scattered(i, KEYS)
     };
 
     let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
@@ -178,32 +174,12 @@ fn multi(c: &mut Criterion) {
     group.finish();
 }
 
-/// Runs `check(thread, i)` for `iters` iterations on two threads; the wall time of both.
-fn two_threads(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
-    let barrier = Barrier::new(2);
-    thread::scope(|s| {
-        let other = s.spawn(|| {
-            barrier.wait();
-            for i in 0..iters {
-                check(1, i);
-            }
-        });
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..iters {
-            check(0, i);
-        }
-        let _ = other.join();
-        start.elapsed()
-    })
-}
-
 fn keyed_two_threads(c: &mut Criterion) {
     let mut group = c.benchmark_group("algorithms_keyed_2_threads");
     configure(&mut group);
     group.throughput(Throughput::Elements(2));
     // Thread t checks keys t·1000 .. t·1000 + 999.
-    let key = |t: u64, i: u64| t * KEYS + scattered(i);
+    let key = |t: u64, i: u64| t * KEYS + scattered(i, KEYS);
 
     let governor = governor::RateLimiter::keyed(governor::Quota::per_second(NonZeroU32::MAX));
     group.bench_function(BenchmarkId::new("governor", "gcra"), |b| {

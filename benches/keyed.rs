@@ -18,10 +18,11 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::Barrier;
-use std::thread;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
@@ -61,12 +62,6 @@ fn governor_ahash(limit: u32) -> Governor<ahash::RandomState> {
         governor::clock::DefaultClock::default(),
         ahash::RandomState::new(),
     )
-}
-
-/// The `i`-th key of `keys`, in a scattered order (a multiplicative permutation).
-#[inline]
-fn scattered(i: u64, keys: u64) -> u64 {
-    i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % keys
 }
 
 /// Holds `keys` keys in each peer (limits `ours` / `theirs`, each key checked once), then
@@ -146,26 +141,6 @@ fn new_key(c: &mut Criterion) {
         })
     });
     group.finish();
-}
-
-/// Runs `check(thread, i)` for `iters` iterations on two threads; the wall time of both.
-fn two_threads(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
-    let barrier = Barrier::new(2);
-    thread::scope(|s| {
-        let other = s.spawn(|| {
-            barrier.wait();
-            for i in 0..iters {
-                check(1, i);
-            }
-        });
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..iters {
-            check(0, i);
-        }
-        let _ = other.join();
-        start.elapsed()
-    })
 }
 
 fn contended(c: &mut Criterion) {
