@@ -38,6 +38,17 @@ fn slidegate(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `slidegate simulate --trace TRACE EXTRA…` in `dir`.
+fn replay(dir: &Path, trace: &Path, extra: &[&str]) -> Output {
+    let trace = trace.to_str().unwrap();
+    let args: Vec<&str> = ["simulate", "--trace", trace]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    slidegate(dir, &args)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -97,18 +108,7 @@ fn busy_trace() -> String {
 fn a_trace_gives_a_table_with_the_exact_log_as_the_zero_error_reference() {
     let dir = TempDir::new("table");
     let trace = dir.file("trace.csv", &busy_trace());
-    let out = slidegate(
-        &dir.0,
-        &[
-            "simulate",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--limit",
-            "5",
-            "--window",
-            "1s",
-        ],
-    );
+    let out = replay(&dir.0, &trace, &["--limit", "5", "--window", "1s"]);
     let stdout = succeeded(&out);
     let rows = table(&stdout);
     // Strict and Weighted at N = 1 and 10 (1 s / 60 is not whole nanoseconds), the fixed
@@ -180,7 +180,7 @@ fn a_malformed_trace_fails_naming_the_line_and_prints_no_table() {
         "bad.csv",
         "timestamp,key,cost\n0.1,a\n0.2,a,1\n0.3,a,abc\n0.4,a\n",
     );
-    let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
+    let out = replay(&dir.0, &trace, &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(
@@ -192,22 +192,13 @@ fn a_malformed_trace_fails_naming_the_line_and_prints_no_table() {
 
     // Out of order, and a cost above the limit: errors too, each with its line.
     let trace = dir.file("order.csv", "2,a\n1,a\n");
-    let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
+    let out = replay(&dir.0, &trace, &[]);
     assert!(text(&out.stderr).contains("line 2: timestamp 1 is earlier"));
     let trace = dir.file("zero.csv", "1,a,1\n1,a,0\n");
-    let out = slidegate(&dir.0, &["simulate", "--trace", trace.to_str().unwrap()]);
+    let out = replay(&dir.0, &trace, &[]);
     assert!(text(&out.stderr).contains("line 2: cost must be at least 1, got 0"));
     let trace = dir.file("cost.csv", "1,a,7\n");
-    let out = slidegate(
-        &dir.0,
-        &[
-            "simulate",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--limit",
-            "5",
-        ],
-    );
+    let out = replay(&dir.0, &trace, &["--limit", "5"]);
     assert!(text(&out.stderr).contains("line 1: cost 7 is above the limit 5"));
     assert_eq!(out.status.code(), Some(1));
 }
@@ -219,15 +210,7 @@ fn skip_bad_lines_counts_and_reports_them() {
         "bad.csv",
         "0.1,a\nnot-a-time,a\n0.2,a,0\n0.3,b\n0.25,b\n0.4,a\n",
     );
-    let out = slidegate(
-        &dir.0,
-        &[
-            "simulate",
-            "--trace",
-            trace.to_str().unwrap(),
-            "--skip-bad-lines",
-        ],
-    );
+    let out = replay(&dir.0, &trace, &["--skip-bad-lines"]);
     let stdout = succeeded(&out);
     assert!(stdout.contains("skipped 3 bad lines"), "{stdout}");
     assert!(
