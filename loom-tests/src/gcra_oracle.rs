@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use slidegate::clock::ManualClock;
-use slidegate::{Decision, KeyedLimiter, Mode, Quota, SlidingWindow};
+use slidegate::{Decision, Mode, Quota, SlidingWindow};
 
-use crate::{FixedHasher, RecordingClock, last_reading};
+use crate::{RecordingClock, last_reading};
 
 /// A GCRA quota: `limit` units per `window` ns.
 #[derive(Clone, Copy, Debug)]
@@ -54,7 +54,7 @@ impl GcraSpec {
     }
 
     /// A keyed GCRA limiter on `clock` with a deterministic hasher.
-    pub fn keyed(&self, clock: &ManualClock) -> KeyedLimiter<u32, ManualClock, FixedHasher> {
+    pub fn keyed(&self, clock: &ManualClock) -> crate::Keyed {
         crate::keyed(self.quota(), clock.clone())
     }
 }

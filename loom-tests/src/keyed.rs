@@ -1,5 +1,7 @@
 //! What the key-store models share.
 
+use loom::sync::Arc;
+use loom::thread::{self, JoinHandle};
 use slidegate::clock::ManualClock;
 use slidegate::{KeyedLimiter, Quota};
 
@@ -12,4 +14,19 @@ pub fn keyed(quota: Quota, clock: ManualClock) -> KeyedLimiter<u32, ManualClock,
         .clock(clock)
         .hasher(FixedHasher::default())
         .build()
+}
+
+/// The keyed limiter every key-store model uses.
+pub type Keyed = KeyedLimiter<u32, ManualClock, FixedHasher>;
+
+/// Spawns a thread that evicts every idle key of `limiter` (`retain_recent`), then collects
+/// the epoch's garbage so that retired entries are reclaimed while other threads may still
+/// hold them; joining it gives the number evicted.
+pub fn spawn_evictor(limiter: &Arc<Keyed>) -> JoinHandle<usize> {
+    let limiter = Arc::clone(limiter);
+    thread::spawn(move || {
+        let evicted = limiter.retain_recent();
+        crossbeam_epoch::pin().flush();
+        evicted
+    })
 }

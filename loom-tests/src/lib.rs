@@ -40,7 +40,7 @@ mod refund_oracle;
 #[cfg(slidegate_loom)]
 pub use gcra_oracle::*;
 #[cfg(slidegate_loom)]
-pub use keyed::{FixedHasher, keyed};
+pub use keyed::{FixedHasher, Keyed, keyed, spawn_evictor};
 #[cfg(slidegate_loom)]
 pub use log_oracle::*;
 #[cfg(slidegate_loom)]

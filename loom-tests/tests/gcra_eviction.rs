@@ -19,8 +19,7 @@
 use std::time::Duration;
 
 use loom::sync::Arc;
-use loom::thread;
-use loom_tests::{GcraSpec, answer, model, tat_seen_at};
+use loom_tests::{GcraSpec, answer, model, spawn_evictor, tat_seen_at};
 use slidegate::clock::ManualClock;
 
 #[test]
@@ -35,15 +34,7 @@ fn check_racing_idle_eviction_loses_no_admission() {
         assert!(limiter.check(&1).is_allowed());
         clock.set(Duration::from_nanos(10));
 
-        let evictor = {
-            let limiter = Arc::clone(&limiter);
-            thread::spawn(move || {
-                let evicted = limiter.retain_recent();
-                // Reclaim what was retired while the checker may still hold it.
-                crossbeam_epoch::pin().flush();
-                evicted
-            })
-        };
+        let evictor = spawn_evictor(&limiter);
         let d = answer(&limiter.check(&1));
         let evicted = evictor.join().expect("evictor panicked");
 

@@ -19,8 +19,7 @@
 use std::time::Duration;
 
 use loom::sync::Arc;
-use loom::thread;
-use loom_tests::{keyed, model};
+use loom_tests::{keyed, model, spawn_evictor};
 use slidegate::Quota;
 use slidegate::clock::ManualClock;
 
@@ -36,15 +35,7 @@ fn check_racing_eviction_loses_no_admission() {
         assert!(limiter.check(&1u32).is_allowed());
         clock.set(Duration::from_nanos(30));
 
-        let evictor = {
-            let limiter = Arc::clone(&limiter);
-            thread::spawn(move || {
-                let evicted = limiter.retain_recent();
-                // Reclaim what was retired while the checker may still hold it.
-                crossbeam_epoch::pin().flush();
-                evicted
-            })
-        };
+        let evictor = spawn_evictor(&limiter);
         let d = limiter.check(&1);
         let evicted = evictor.join().expect("evictor panicked");
 

@@ -23,8 +23,7 @@
 use std::time::Duration;
 
 use loom::sync::Arc;
-use loom::thread;
-use loom_tests::{FixedHasher, model};
+use loom_tests::{FixedHasher, model, spawn_evictor};
 use slidegate::clock::ManualClock;
 use slidegate::{KeyedLimiter, Limit, Quota, SlidingWindow, check_all};
 
@@ -50,14 +49,7 @@ fn race(direct_full: bool) {
         assert!(direct.check_n(2).expect("valid cost").is_allowed());
     }
 
-    let evictor = {
-        let keyed = Arc::clone(&keyed);
-        thread::spawn(move || {
-            let evicted = keyed.retain_recent();
-            crossbeam_epoch::pin().flush();
-            evicted
-        })
-    };
+    let evictor = spawn_evictor(&keyed);
     let key = keyed.key(&1);
     let d = check_all(&[(&key as &dyn Limit, 1), (&direct, 1)]).expect("valid costs");
     let evicted = evictor.join().expect("evictor panicked");

@@ -15,8 +15,7 @@
 use std::time::Duration;
 
 use loom::sync::Arc;
-use loom::thread;
-use loom_tests::{keyed, log_quota, model};
+use loom_tests::{keyed, log_quota, model, spawn_evictor};
 use slidegate::clock::ManualClock;
 
 #[test]
@@ -26,14 +25,7 @@ fn check_racing_retirement_loses_no_admission() {
         let limiter = Arc::new(keyed(log_quota(1, 10), clock.clone()));
         assert!(limiter.check(&1u32).is_allowed());
         clock.set(Duration::from_nanos(10));
-        let evictor = {
-            let limiter = Arc::clone(&limiter);
-            thread::spawn(move || {
-                let evicted = limiter.retain_recent();
-                crossbeam_epoch::pin().flush();
-                evicted
-            })
-        };
+        let evictor = spawn_evictor(&limiter);
         let d = limiter.check(&1);
         let evicted = evictor.join().unwrap();
         assert!(d.is_allowed(), "{d:?}");
