@@ -52,7 +52,7 @@ pub(crate) mod sealed {
     #[derive(Clone, Copy)]
     pub struct Reserved<'g> {
         /// The state holding it.
-        pub(crate) state: &'g State,
+        pub(crate) state: State<'g>,
         /// The algorithm's ticket for a release.
         pub(crate) ticket: u64,
         /// The limit's clock, for stamping a commit or judging a release.
@@ -245,7 +245,7 @@ fn wait(d: &Decision) -> u64 {
 /// `reserve` is set (re-judging after a lost CAS). `None` if the state is retired.
 #[inline]
 pub(crate) fn judge_on<'r>(
-    state: &'r State,
+    state: State<'r>,
     rule: &Rule,
     clock: &'r dyn Clock,
     n: u64,

@@ -91,3 +91,18 @@ impl Backoff {
         loom::thread::yield_now();
     }
 }
+
+/// Starts loading the cache line at address `addr` without waiting for it: a hint that never
+/// faults, whatever the address, and changes nothing else. A no-op off x86-64 and under loom.
+#[inline]
+pub(crate) fn prefetch(addr: usize) {
+    #[cfg(all(target_arch = "x86_64", not(slidegate_loom)))]
+    // SAFETY: `prefetcht0` needs SSE, which is in the x86-64 baseline (every x86-64 processor
+    // has it); a prefetch reads nothing into the program, writes nothing, and never faults,
+    // even on an address that is not mapped.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8);
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(slidegate_loom))))]
+    let _ = addr;
+}

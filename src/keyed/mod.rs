@@ -230,7 +230,7 @@ where
         self.store
             .get(key, hash, guard)
             .filter(|e| e.fits(Shape::of(rule)))
-            .and_then(|e| e.state.refund(rule, now, n))
+            .and_then(|e| e.state().refund(rule, now, n))
             .unwrap_or(0)
     }
 
@@ -522,7 +522,7 @@ where
         let hash = self.store.hash(key);
         self.store
             .get(key, hash, &guard)
-            .map_or(0, |entry| entry.state.admitted())
+            .map_or(0, |entry| entry.state().admitted())
     }
 
     /// The rule for `key`: its override, else the default.
@@ -545,7 +545,7 @@ where
             let (entry, rule) = self.entry_for(key, hash, n, lookup, guard)?;
             // The sliding-window counter's charge is called directly rather than through
             // `State::check`, which is kept out of line so that this stays small.
-            let decided = match &entry.state {
+            let decided = match entry.state() {
                 State::Ring { ring, .. } => charge_ring(ring, rule, now, n),
                 state => state
                     .check_out_of_line(rule, &now, n, Op::Charge)
@@ -575,9 +575,9 @@ where
         let mut lookup = true;
         loop {
             let (entry, rule) = self.entry_for(key, hash, n, lookup, guard)?;
-            match entry.state.check(rule, now, n, Op::Reserve) {
+            match entry.state().check(rule, now, n, Op::Reserve) {
                 Some((decision, ticket)) => {
-                    let taken = decision.is_allowed().then_some((&entry.state, ticket));
+                    let taken = decision.is_allowed().then_some((entry.state(), ticket));
                     return Ok((decision, taken));
                 }
                 None => lookup = false,
@@ -632,7 +632,7 @@ where
             .store
             .get(key, hash, guard)
             .filter(|e| e.fits(Shape::of(rule)));
-        if let Some((decision, _)) = live.and_then(|e| e.state.check(rule, now, n, Op::Peek)) {
+        if let Some((decision, _)) = live.and_then(|e| e.state().check(rule, now, n, Op::Peek)) {
             return Ok(decision);
         }
         // Absent, retired (so idle or forcibly evicted), or of another shape (the next check
@@ -652,7 +652,7 @@ where
 
 /// An allowed cost's state, alive while the epoch guard of the check is, and the
 /// reservation's ticket (see `State::check`).
-type Taken<'g> = (&'g State, u64);
+type Taken<'g> = (State<'g>, u64);
 
 /// One key of a [`KeyedLimiter`], as a [`Limit`] of a [`check_all`](crate::check_all); made
 /// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely.

@@ -178,17 +178,18 @@ impl GcraRule {
     }
 }
 
-/// A GCRA cell: the theoretical arrival time in one atomic word (see the module docs).
-pub(crate) struct Gcra {
-    tat: AtomicU64,
+/// A GCRA cell: the theoretical arrival time in one atomic word (see the module docs),
+/// viewed where its owner keeps it. A fresh cell's word is 0.
+#[derive(Clone, Copy)]
+pub(crate) struct Gcra<'a> {
+    tat: &'a AtomicU64,
 }
 
-impl Gcra {
-    /// A cell that has admitted nothing.
-    pub(crate) fn new() -> Gcra {
-        Gcra {
-            tat: AtomicU64::new(0),
-        }
+impl<'a> Gcra<'a> {
+    /// The cell kept in `tat`.
+    #[inline]
+    pub(crate) fn view(tat: &'a AtomicU64) -> Gcra<'a> {
+        Gcra { tat }
     }
 
     /// Judges cost `n` (`1 ≤ n ≤ limit`, validated by the caller) at `now()`, applying `op`
@@ -309,21 +310,21 @@ impl Gcra {
 
     /// Retires the cell whatever it holds; `true` if this call retired it.
     pub(crate) fn retire_now(&self) -> bool {
-        window::retire_now(&self.tat)
+        window::retire_now(self.tat)
     }
 
     /// Whether the cell is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        window::is_retired(&self.tat)
+        window::is_retired(self.tat)
     }
 
     /// The time (ns) from which the cell was last charged, a recency for LRU choices:
     /// `TAT − τ`, a lower bound on the last charge's reading (its TAT was at most `τ` past
     /// it), exact for a charge that used the whole tolerance. Among cells of one rule it
     /// orders them by TAT, i.e. by when each becomes as empty as a fresh one.
-    pub(crate) fn last_active(&self, rule: &GcraRule) -> u64 {
+    pub(crate) fn last_active(&self, tolerance: u64) -> u64 {
         // Relaxed: a heuristic; a stale value only makes a worse eviction choice.
-        (self.tat.load(Ordering::Relaxed) & !RETIRED).saturating_sub(rule.tolerance)
+        (self.tat.load(Ordering::Relaxed) & !RETIRED).saturating_sub(tolerance)
     }
 
     /// The TAT, for tests.
@@ -471,7 +472,8 @@ mod tests {
         #[test]
         fn cell_equals_the_sequential_model((limit, window, steps) in scenario()) {
             let rule = GcraRule::new(limit, window);
-            let cell = Gcra::new();
+            let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
             let mut model = Model::new(&rule);
             let mut t = 0u64;
             for (dt, s) in steps {
@@ -531,7 +533,8 @@ mod tests {
     #[test]
     fn a_fresh_cell_admits_a_burst_of_the_limit_at_time_zero() {
         let rule = GcraRule::new(3, 30);
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         for left in [2, 1, 0] {
             let (d, _) = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
             assert!(d.is_allowed());
@@ -547,7 +550,8 @@ mod tests {
     fn limit_one_and_one_nanosecond_windows() {
         let rule = GcraRule::new(1, 1);
         assert_eq!((rule.interval, rule.tolerance), (1, 1));
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         assert!(
             cell.check(&rule, || 0, 1, Op::Charge)
                 .unwrap()
@@ -575,7 +579,8 @@ mod tests {
         let huge = (1u64 << 63) - 1;
         for (limit, window) in [(max_limit, huge), (3, huge), (1, huge), (max_limit, 1)] {
             let rule = GcraRule::new(limit, window);
-            let cell = Gcra::new();
+            let word = AtomicU64::new(0);
+            let cell = Gcra::view(&word);
             let mut model = Model::new(&rule);
             // A full burst at t = 0, then checks at a gap of years and near the end of time.
             for t in [0, 0, 1 << 40, 1 << 62, huge - 1, huge] {
@@ -594,7 +599,8 @@ mod tests {
     #[test]
     fn refund_frees_whole_units_and_never_raises_the_tat() {
         let rule = GcraRule::new(4, 40);
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         let _ = cell.check(&rule, || 0, 2, Op::Charge).unwrap();
         // At 5 the cell holds 1.5 units: remaining 2; refunding 2 empties it: remaining 4.
         assert_eq!(cell.refund(&rule, 5, 2), 2);
@@ -614,7 +620,8 @@ mod tests {
     fn release_gives_back_only_the_undrained_part() {
         // The spec's counter-example: T = 10, L = 3.
         let rule = GcraRule::new(3, 30);
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         let (_, ticket) = cell.check(&rule, || 0, 2, Op::Reserve).unwrap();
         assert_eq!(ticket, 20);
         assert!(
@@ -627,7 +634,8 @@ mod tests {
         // Without the reservation the check leaves 25; subtracting all 20 would leave 10.
         assert_eq!(cell.tat(), 25);
         // Released at once, it is exact.
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         let (_, ticket) = cell.check(&rule, || 0, 2, Op::Reserve).unwrap();
         cell.release(&rule, 2, ticket, || 0);
         assert_eq!(cell.tat(), 0);
@@ -640,7 +648,8 @@ mod tests {
     #[test]
     fn a_clock_behind_the_state_is_judged_at_the_newest_time_seen() {
         let rule = GcraRule::new(2, 20);
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         let _ = cell.check(&rule, || 100, 2, Op::Charge).unwrap();
         // TAT 120, so a time ≥ 100 was seen; a reading of 0 is judged at 100.
         let (d, _) = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
@@ -651,7 +660,8 @@ mod tests {
     #[test]
     fn retirement() {
         let rule = GcraRule::new(2, 20);
-        let cell = Gcra::new();
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         let _ = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
         assert!(!cell.retire_idle(9), "retired while holding a unit");
         assert!(cell.retire_idle(10));
@@ -661,10 +671,11 @@ mod tests {
         assert_eq!(cell.refund(&rule, 10, 1), 0);
         cell.release(&rule, 1, 10, || 0);
         assert_eq!(cell.tat(), 10 | RETIRED);
-        assert_eq!(cell.last_active(&rule), 0);
-        let cell = Gcra::new();
+        assert_eq!(cell.last_active(rule.tolerance), 0);
+        let word = AtomicU64::new(0);
+        let cell = Gcra::view(&word);
         let _ = cell.check(&rule, || 50, 2, Op::Charge).unwrap();
-        assert_eq!(cell.last_active(&rule), 50);
+        assert_eq!(cell.last_active(rule.tolerance), 50);
         assert!(cell.retire_now());
     }
 }
