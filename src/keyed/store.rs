@@ -747,4 +747,60 @@ mod tests {
         assert!(!held(&store, 1));
         assert!(held(&store, 0) && held(&store, 2) && held(&store, 3));
     }
+
+    /// Entries of every shape, with keys of a stricter alignment than the header's (`u128`)
+    /// and keys that own heap memory (`String`): each keeps its key, its state's words and
+    /// its counts through inserts and resizes, and dropping the store frees them all.
+    #[test]
+    fn entries_of_every_shape_and_key_layout_keep_their_words() {
+        fn check_all_shapes<K: Hash + Eq + Clone + Send + Sync + 'static>(key: impl Fn(u32) -> K) {
+            let gcra = crate::window::gcra::GcraRule::new(4, 40);
+            let shapes = [
+                SHAPE,
+                Shape::Ring {
+                    granularity: 1,
+                    buckets: 300,
+                },
+                Shape::Log {
+                    capacity: 4,
+                    window: 40,
+                },
+                Shape::Gcra(gcra),
+            ];
+            for shape in shapes {
+                let store = Store::new(ahash::RandomState::new(), usize::MAX);
+                let guard = epoch::pin();
+                let rule = crate::algo::sliding_counter::Rule::new(
+                    crate::Quota::new(4, core::time::Duration::from_nanos(40)).expect("valid"),
+                );
+                for k in 0..200 {
+                    let key = key(k);
+                    let entry = store.get_or_insert(&key, store.hash(&key), || shape, 0, &guard);
+                    assert!(entry.state().fits(shape));
+                    assert!(entry.key == key);
+                    if let State::Ring { granularity, ring } = entry.state() {
+                        let read = ring.read(granularity, || 5, true, |_| ());
+                        assert!(read.is_some_and(|((), r)| ring.try_charge(r, 1)));
+                    } else {
+                        let now = || 5;
+                        let (d, _) = entry
+                            .state()
+                            .check(&rule, now, 1, crate::window::Op::Peek)
+                            .expect("live");
+                        assert!(d.is_allowed());
+                    }
+                }
+                for k in 0..200 {
+                    let key = key(k);
+                    let entry = store.get(&key, store.hash(&key), &guard).expect("held");
+                    assert!(entry.key == key && entry.state().fits(shape));
+                    if matches!(shape, Shape::Ring { .. }) {
+                        assert_eq!(entry.state().admitted(), 1, "key {k}");
+                    }
+                }
+            }
+        }
+        check_all_shapes(|k| u128::from(k) << 70);
+        check_all_shapes(|k| format!("key number {k}"));
+    }
 }
