@@ -230,20 +230,6 @@ impl State<'_> {
         }
     }
 
-    /// [`State::check`] kept out of line, for hot paths that handle the counter's charge
-    /// themselves: inlining every algorithm into them measured 2.5× slower counter checks
-    /// (`cargo bench --bench check -- check_allowed`: 29 ns against 11.6 ns).
-    #[inline(never)]
-    pub(crate) fn check_out_of_line(
-        &self,
-        rule: &Rule,
-        now: &dyn Fn() -> u64,
-        n: u64,
-        op: Op,
-    ) -> Option<(Decision, u64)> {
-        self.check(rule, now, n, op)
-    }
-
     /// Turns a reservation of `n` into an admission. `false` if the state was retired
     /// (forcibly) since; see `multi.rs` for what that means.
     pub(crate) fn commit(&self, n: u64, now: impl Fn() -> u64) -> bool {
