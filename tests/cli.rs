@@ -133,27 +133,28 @@ fn a_trace_gives_a_table_with_the_exact_log_as_the_zero_error_reference() {
     assert!(stdout.contains("wrongly allowed / denied"), "{stdout}");
 }
 
+/// The boundary attack at L = 10 per 600 ms for 6 s.
+const BOUNDARY: &[&str] = &[
+    "--scenario",
+    "boundary",
+    "--limit",
+    "10",
+    "--window",
+    "600ms",
+    "--duration",
+    "6s",
+];
+
 #[test]
 fn the_boundary_attack_gets_2l_through_a_fixed_window_and_l_through_strict() {
     let dir = TempDir::new("boundary");
-    let out = slidegate(
-        &dir.0,
-        &[
-            "simulate",
-            "--scenario",
-            "boundary",
-            "--limit",
-            "10",
-            "--window",
-            "600ms",
-            "--duration",
-            "6s",
-            "--keys",
-            "3",
-            "--chart",
-            "attack.svg",
-        ],
-    );
+    let args = [
+        &["simulate"],
+        BOUNDARY,
+        &["--keys", "3", "--chart", "attack.svg"],
+    ]
+    .concat();
+    let out = slidegate(&dir.0, &args);
     let stdout = succeeded(&out);
     let rows = table(&stdout);
     assert_eq!(row(&rows, "FixedWindow", "")[WORST], "20");
@@ -333,18 +334,6 @@ fn a_bare_slidegate_is_simulate_with_its_defaults() {
     assert_eq!(row(&rows, "ExactLog", "")[WRONGLY_DENIED], "0%");
 
     // A bare `slidegate` takes simulate's options too.
-    let out = succeeded(&slidegate(
-        &dir.0,
-        &[
-            "--scenario",
-            "boundary",
-            "--limit",
-            "10",
-            "--window",
-            "600ms",
-            "--duration",
-            "6s",
-        ],
-    ));
+    let out = succeeded(&slidegate(&dir.0, BOUNDARY));
     assert_eq!(row(&table(&out), "FixedWindow", "")[WORST], "20");
 }

@@ -188,6 +188,17 @@ impl Event {
     }
 }
 
+/// Peeks after the racing threads joined: now, then after each of `steps` more buckets
+/// (the clock advanced by one granularity at a time), as thread 9.
+pub fn finals(limiter: &Limiter, clock: &ManualClock, spec: &Spec, steps: u64) -> Vec<Event> {
+    let mut out = vec![run(limiter, 9, Op::Peek)];
+    for _ in 0..steps {
+        clock.advance(Duration::from_nanos(spec.granularity));
+        out.push(run(limiter, 9, Op::Peek));
+    }
+    out
+}
+
 /// Makes one call on `limiter` from model thread `thread` and records it.
 pub fn run(limiter: &SlidingWindow<RecordingClock>, thread: usize, op: Op) -> Event {
     let decision = match op {

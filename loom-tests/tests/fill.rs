@@ -23,20 +23,11 @@ use std::time::Duration;
 
 use loom::thread;
 use loom_tests::{
-    Event, Limiter, Op, Spec, assert_explained, assert_final, assert_strict_safe, charged, model,
-    run,
+    Event, Limiter, Op, Spec, assert_explained, assert_final, assert_strict_safe, charged, finals,
+    model, run,
 };
 use slidegate::Mode;
 use slidegate::clock::ManualClock;
-
-fn finals(limiter: &Limiter, clock: &ManualClock, spec: &Spec, steps: u64) -> Vec<Event> {
-    let mut out = vec![run(limiter, 9, Op::Peek)];
-    for _ in 0..steps {
-        clock.advance(Duration::from_nanos(spec.granularity));
-        out.push(run(limiter, 9, Op::Peek));
-    }
-    out
-}
 
 fn settle(spec: &Spec, limiter: &Limiter, pre: &[Event], racing: &[Event], finals: &[Event]) {
     let all: Vec<Event> = pre.iter().chain(racing).copied().collect();

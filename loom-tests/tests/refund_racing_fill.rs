@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{Op, RingEvent, RingOp, Spec, assert_refunds_explained, model, run, run_ring};
+use loom_tests::{RingEvent, RingOp, Spec, assert_refunds_explained, finals, model, run_ring};
 
 #[test]
 fn refund_racing_a_fill_and_a_check() {
@@ -45,13 +45,8 @@ fn refund_racing_a_fill_and_a_check() {
 
         assert_eq!(a.freed, 1, "{racing:#?}");
         assert_eq!(limiter.admitted_total(), 2 + b.charged(), "{racing:#?}");
-        let finals: Vec<_> = [15, 25, 35]
-            .into_iter()
-            .map(|t| {
-                clock.set(Duration::from_nanos(t));
-                run(&limiter, 2, Op::Peek)
-            })
-            .collect();
+        // Peeks at 15, 25 and 35 ns.
+        let finals = finals(&limiter, &clock, &spec, 2);
         assert_refunds_explained(&spec, &[(0, 2)], &racing, &finals);
     });
 }
