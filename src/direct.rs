@@ -15,7 +15,6 @@ use crate::sync::AtomicU64;
 use crate::sync::epoch::Guard;
 use crate::wait;
 use crate::window::Op;
-use crate::window::gcra::Gcra;
 use crate::window::ring::Ring;
 use crate::window::state::{Head, Shape, State, charge_ring};
 
@@ -348,25 +347,11 @@ impl<C: Clock> SlidingWindow<C> {
     /// The state: the head's algorithm on this limiter's atomics.
     #[inline]
     fn state(&self) -> State<'_> {
-        match &self.head {
-            Head::Ring { granularity } => State::Ring {
-                granularity: *granularity,
-                ring: Ring::from_parts(
-                    &self.cells.front,
-                    &self.cells.goal,
-                    &self.cells.cum,
-                    &self.slots,
-                ),
-            },
-            Head::Log { window, log } => State::Log {
-                window: *window,
-                log,
-            },
-            Head::Gcra { .. } => State::Gcra {
-                rule: self.head.gcra_rule(),
-                cell: Gcra::view(&self.cells.cum),
-            },
-        }
+        let cells = &self.cells;
+        self.head.state(
+            || Ring::from_parts(&cells.front, &cells.goal, &cells.cum, &self.slots),
+            || &cells.cum,
+        )
     }
 }
 

@@ -117,39 +117,38 @@ impl Head {
     /// [`Shape::words`]).
     #[inline]
     pub(crate) fn packed<'a>(&'a self, words: &'a [AtomicU64]) -> State<'a> {
+        self.state(|| Ring::packed(words), || &words[0])
+    }
+
+    /// The state of this head on its owner's atomics: `ring` gives a counter's ring, `tat`
+    /// GCRA's word (each asked only for a head of its algorithm). The one place a head and
+    /// its atomics become a [`State`], for keyed entries and direct limiters alike.
+    #[inline]
+    pub(crate) fn state<'a>(
+        &'a self,
+        ring: impl FnOnce() -> Ring<'a>,
+        tat: impl FnOnce() -> &'a AtomicU64,
+    ) -> State<'a> {
         match self {
             Head::Ring { granularity } => State::Ring {
                 granularity: *granularity,
-                ring: Ring::packed(words),
+                ring: ring(),
             },
             Head::Log { window, log } => State::Log {
                 window: *window,
                 log,
             },
-            Head::Gcra { .. } => State::Gcra {
-                rule: self.gcra_rule(),
-                cell: Gcra::view(&words[0]),
-            },
-        }
-    }
-
-    /// The rule of a GCRA head (of another head: a rule no state fits, never used).
-    #[inline]
-    pub(crate) fn gcra_rule(&self) -> GcraRule {
-        match *self {
             Head::Gcra {
                 limit,
                 interval,
                 tolerance,
-            } => GcraRule {
-                limit: u64::from(limit),
-                interval,
-                tolerance,
-            },
-            _ => GcraRule {
-                limit: 0,
-                interval: 0,
-                tolerance: 0,
+            } => State::Gcra {
+                rule: GcraRule {
+                    limit: u64::from(*limit),
+                    interval: *interval,
+                    tolerance: *tolerance,
+                },
+                cell: Gcra::view(tat()),
             },
         }
     }
