@@ -15,8 +15,8 @@ use crate::sync::AtomicU64;
 use crate::sync::epoch::Guard;
 use crate::wait;
 use crate::window::Op;
-use crate::window::ring::Ring;
-use crate::window::state::{Head, Shape, State, charge_ring};
+use crate::window::ring::{Ring, Seed};
+use crate::window::state::{Head, Shape, State, charge_fast, charge_loop};
 
 /// A lock-free sliding-window rate limiter for one key.
 ///
@@ -302,32 +302,37 @@ impl<C: Clock> SlidingWindow<C> {
         &self.clock
     }
 
-    /// Checks and charges `n`, already validated. The sliding-window counter's loop
-    /// ([`charge_ring`]) is called directly rather than through `State::check`, so that it
-    /// stays inlined: routed through `Ring::decide` the allowed check measured 20–27 ns
-    /// instead of 12 ns (`cargo bench --bench check -- check_allowed`).
-    #[inline]
+    /// Checks and charges `n`, already validated: the counter's common admission
+    /// ([`charge_fast`]) inline, everything else out of line in [`SlidingWindow::acquire_slow`].
+    /// Straight to the ring: through `state()`'s match on the head the fast path took 10–11 ns
+    /// a check instead of 10–10.5 (bare loop; governor 9.7–9.9 in the same runs), and with
+    /// the general loop inlined beside it the check was no longer inlined into its caller
+    /// (12.6–13.2 ns).
+    #[inline(always)]
     fn acquire(&self, n: u64) -> Decision {
-        match self.state() {
-            State::Ring { ring, .. } => {
-                match charge_ring(ring, &self.rule, || self.clock.now().0, n) {
-                    Some(decision) => decision,
-                    None => unreachable!("a direct limiter's state is never retired"),
-                }
-            }
-            _ => self.charge_out_of_line(n),
+        match charge_fast(|| self.ring(), &self.rule, || self.clock.now().0, n) {
+            Ok(decision) => decision,
+            Err(seed) => self.acquire_slow(n, seed),
         }
     }
 
-    /// Checks and charges `n` on an algorithm other than the counter. Out of line, so that the
-    /// counter's check above stays small enough to be inlined (see
-    /// `KeyedLimiter::acquire_other`); returning the decision alone lets it be written where the
-    /// caller returns it: returned in a tuple and copied out, its 16-byte reload of what was
-    /// just stored 8 bytes at a time stalled (`perf annotate`), and a GCRA check took 23–24 ns
-    /// instead of 17.6–18.2 (`cargo bench --bench algorithms -- algorithms_direct`).
+    /// [`SlidingWindow::acquire`] past the fast path: the counter's general loop
+    /// ([`charge_loop`], from what the fast path loaded), or another algorithm's check. Returning the decision alone lets it
+    /// be written where the caller returns it: returned in a tuple and copied out, its
+    /// 16-byte reload of what was just stored 8 bytes at a time stalled (`perf annotate`), and
+    /// a GCRA check took 23–24 ns instead of 17.6–18.2 (`cargo bench --bench algorithms --
+    /// algorithms_direct`).
     #[inline(never)]
-    fn charge_out_of_line(&self, n: u64) -> Decision {
-        self.decide(n, Op::Charge).0
+    fn acquire_slow(&self, n: u64, seed: Option<Seed>) -> Decision {
+        let decided = match self.state() {
+            State::Ring { ring, .. } => {
+                charge_loop(ring, seed, &self.rule, || self.clock.now().0, n)
+            }
+            state => state
+                .check(&self.rule, || self.clock.now().0, n, Op::Charge)
+                .map(|(decision, _)| decision),
+        };
+        decided.expect("a direct limiter's state is never retired")
     }
 
     /// Judges `n` now under `op`, returning the decision and the reservation ticket.
@@ -347,11 +352,14 @@ impl<C: Clock> SlidingWindow<C> {
     /// The state: the head's algorithm on this limiter's atomics.
     #[inline]
     fn state(&self) -> State<'_> {
+        self.head.state(|| self.ring(), || &self.cells.cum)
+    }
+
+    /// The ring on this limiter's atomics (meaningful for the counter's heads only).
+    #[inline]
+    fn ring(&self) -> Ring<'_> {
         let cells = &self.cells;
-        self.head.state(
-            || Ring::from_parts(&cells.front, &cells.goal, &cells.cum, &self.slots),
-            || &cells.cum,
-        )
+        Ring::from_parts(&cells.front, &cells.goal, &cells.cum, &self.slots)
     }
 }
 

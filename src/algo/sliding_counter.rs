@@ -12,6 +12,7 @@
 use crate::decision::{CostError, Decision};
 use crate::quota::{Mode, Quota};
 use crate::window::gcra::GcraRule;
+use crate::window::ring::Fast;
 
 /// A quota with the numbers the hot path needs precomputed, for every algorithm: the
 /// sliding-window counter's are here; the exact log needs `limit` and `window`, GCRA its own
@@ -26,6 +27,9 @@ pub(crate) struct Rule {
     pub(crate) limit: u64,
     /// `W` in nanoseconds.
     pub(crate) window: u64,
+    /// `(N + 1)·G` in nanoseconds (saturated): a window is clear of everything it holds this
+    /// long after the start of its newest bucket.
+    pub(crate) span: u64,
     pub(crate) gcra: GcraRule,
 }
 
@@ -37,6 +41,7 @@ impl Rule {
             granularity: quota.granularity_nanos(),
             limit: quota.limit(),
             window: quota.window_nanos(),
+            span: (quota.buckets() + 1).saturating_mul(quota.granularity_nanos()),
             gcra: GcraRule::new(quota.limit(), quota.window_nanos()),
         }
     }
@@ -89,7 +94,7 @@ impl Rule {
         let (l, nb) = (self.limit, self.buckets);
         let sum = tail(0);
         if sum + n <= l {
-            return Decision::new(true, l, l - sum - n, 0, self.after_buckets(nb + 1, r));
+            return self.admitted(sum, r, n);
         }
         // The first j at which the buckets before b − N + j have left and the rest fit.
         let j = first_fit(1, nb + 1, |j| tail(j) + n > l);
@@ -103,23 +108,43 @@ impl Rule {
         )
     }
 
+    /// The decision for `n` admitted at offset `r` when the window counts `used` as in use
+    /// (`used + n ≤ L`): the window is clear `N + 1` bucket ends from now.
     #[inline]
-    fn judge_weighted(&self, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
-        let (l, g) = (self.limit, self.granularity);
-        let (all, rest) = (tail(0), tail(1));
+    fn admitted(&self, used: u64, r: u64, n: u64) -> Decision {
+        let l = self.limit;
+        Decision::new(true, l, l - used - n, 0, self.span.saturating_sub(r))
+    }
+
+    /// [`Rule::judge`] for the admissions of the ring's fast path, Strict or Weighted: the
+    /// decision if `n` is admitted, `None` if not (or if Weighted's second snapshot is torn),
+    /// for the general path to judge.
+    #[inline(always)]
+    pub(crate) fn judge_fast(&self, fast: &Fast<'_>, n: u64) -> Option<Decision> {
+        let (all, r) = (fast.sum, fast.offset);
+        let used = match self.quota.mode() {
+            Mode::Weighted => self.weighted_use(all, fast.rest()?, r),
+            _ => all,
+        };
+        (used + n <= self.limit).then(|| self.admitted(used, r, n))
+    }
+
+    /// What Weighted counts as in use at offset `r` given `tail(0)` and `tail(1)`.
+    #[inline]
+    fn weighted_use(&self, all: u64, rest: u64, r: u64) -> u64 {
+        let g = self.granularity;
         let oldest = all - rest.min(all);
         // The oldest bucket's weighted share, rounded up: `remaining` is then the largest
         // whole cost that would be admitted now.
-        let share = weighted_share(oldest, g - r, g);
-        let used = rest.saturating_add(share);
+        rest.saturating_add(weighted_share(oldest, g - r, g))
+    }
+
+    #[inline]
+    fn judge_weighted(&self, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
+        let l = self.limit;
+        let used = self.weighted_use(tail(0), tail(1), r);
         if used + n <= l {
-            return Decision::new(
-                true,
-                l,
-                l - used - n,
-                0,
-                self.after_buckets(self.buckets + 1, r),
-            );
+            return self.admitted(used, r, n);
         }
         let retry = self.weighted_retry(r, n, &tail);
         Decision::new(

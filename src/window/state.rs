@@ -16,7 +16,7 @@ use crate::sync::AtomicU64;
 use crate::window::Op;
 use crate::window::gcra::{Gcra, GcraRule};
 use crate::window::log::Log;
-use crate::window::ring::{Effect, Ring};
+use crate::window::ring::{Effect, Ring, Seed};
 
 /// What a key's state is made for: a state of another shape cannot carry a key's counts over
 /// exactly, so a keyed store replaces it (see `KeyedLimiter::quota_for`).
@@ -333,9 +333,9 @@ impl State<'_> {
     }
 }
 
-/// The sliding-window counter's check: read, judge, charge by CAS, re-judge on a lost CAS.
-/// `None` if the ring is retired. The direct and keyed limiters inline this loop on their hot
-/// paths; it lives here once.
+/// The sliding-window counter's check: the common admission ([`charge_fast`]), else the
+/// general loop ([`charge_loop`]). `None` if the ring is retired. The keyed limiter inlines
+/// this on its hot path; it lives here once.
 #[inline]
 pub(crate) fn charge_ring(
     ring: Ring<'_>,
@@ -343,10 +343,28 @@ pub(crate) fn charge_ring(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
+    match charge_fast(|| ring, rule, &now, n) {
+        Ok(decision) => Some(decision),
+        Err(seed) => charge_loop(ring, seed, rule, now, n),
+    }
+}
+
+/// The sliding-window counter's general check: read (first from `seed`, the loads of a fast
+/// read that declined, if any), judge, charge by CAS, re-judge on a lost CAS. `None` if the
+/// ring is retired.
+#[inline]
+pub(crate) fn charge_loop(
+    ring: Ring<'_>,
+    mut seed: Option<Seed>,
+    rule: &Rule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
     loop {
-        let (decision, reading) = ring.read(rule.granularity, &now, true, |r| {
-            rule.judge(r.offset, n, false, |j| r.tail(j))
-        })?;
+        let (decision, reading) =
+            ring.read_from(seed.take(), rule.granularity, &now, true, |r| {
+                rule.judge(r.offset, n, false, |j| r.tail(j))
+            })?;
         if !decision.is_allowed() || ring.try_charge(reading, n) {
             return Some(decision);
         }
@@ -354,5 +372,36 @@ pub(crate) fn charge_ring(
         // lost CAS means another check succeeded, so this is lock-free without a backoff, and
         // the backoff's spin (`pause`) cost two threads on one limiter 64 → 52 ns per pair of
         // checks (`cargo bench --bench check -- contended`).
+    }
+}
+
+/// The counter's common admission, [`Ring::fast_read`] on the ring `ring()` gives, judged
+/// by [`Rule::judge_fast`] and charged by [`Fast::charge`](crate::window::ring::Fast::charge). Otherwise, having written
+/// nothing, `Err` with what the fast read loaded, if anything, for [`charge_loop`] to go on
+/// from: if `rule` is neither Strict nor Weighted (`ring` is then not called: a direct
+/// limiter of another algorithm has no ring) or the admission is not the common one. An
+/// allowed Strict check took about 14 ns through the general loop alone and 10.1–10.4 with
+/// this in front of it (bare loop, governor 9.6–9.8 in the same runs); Weighted 18–20 →
+/// 12.6–13.9.
+#[inline(always)]
+pub(crate) fn charge_fast<'a>(
+    ring: impl FnOnce() -> Ring<'a>,
+    rule: &Rule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Result<Decision, Option<Seed>> {
+    if !matches!(rule.quota.mode(), Mode::Strict | Mode::Weighted) {
+        return Err(None);
+    }
+    let ring = ring();
+    let fast = ring.fast_read(rule.granularity, now).map_err(Some)?;
+    let Some(decision) = rule.judge_fast(&fast, n) else {
+        return Err(Some(fast.seed()));
+    };
+    // A lost CAS or a moved `front`: the loop reads afresh.
+    if fast.charge(n) {
+        Ok(decision)
+    } else {
+        Err(None)
     }
 }
