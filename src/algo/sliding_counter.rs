@@ -116,14 +116,20 @@ impl Rule {
         Decision::new(true, l, l - used - n, 0, self.span.saturating_sub(r))
     }
 
-    /// [`Rule::judge`] for the admissions of the ring's fast path, Strict or Weighted: the
-    /// decision if `n` is admitted, `None` if not (or if Weighted's second snapshot is torn),
-    /// for the general path to judge.
+    /// [`Rule::judge`] for the admissions of the ring's fast path (Strict, Weighted, fixed
+    /// window): the decision if `n` is admitted, `None` if not (or if the second snapshot,
+    /// which Weighted and the fixed window read, is torn), for the general path to judge.
     #[inline(always)]
     pub(crate) fn judge_fast(&self, fast: &Fast<'_>, n: u64) -> Option<Decision> {
         let (all, r) = (fast.sum, fast.offset);
         let used = match self.quota.mode() {
             Mode::Weighted => self.weighted_use(all, fast.rest()?, r),
+            Mode::FixedWindow => {
+                // Only the current bucket counts: `tail(1)`, with `N = 1`.
+                let current = fast.rest()?;
+                let d = self.judge_fixed(r, n, false, &|_| current);
+                return d.is_allowed().then_some(d);
+            }
             _ => all,
         };
         (used + n <= self.limit).then(|| self.admitted(used, r, n))
