@@ -949,6 +949,40 @@ mod tests {
         read.is_some_and(|(ok, reading)| ok && ring.try_charge(reading, n))
     }
 
+    /// The fast path reads only when the clock is in bucket `front` and the oldest snapshot
+    /// is current; it then agrees with the general read, and its charge fails once anything
+    /// was admitted since. Otherwise it hands over exactly the loads the general read makes.
+    #[test]
+    fn fast_read_takes_only_the_common_case() {
+        // N = 2 buckets of 10 ns: 3 units at t = 5, 2 at t = 15 (a new bucket: the fast read
+        // declines until it is established).
+        let words = owned(2);
+        let ring = Ring::packed(&words);
+        assert!(charge_n(&ring, 5, 3, 10));
+        let sum = |t: u64| ring.fast_read(10, || t).map(|f| (f.sum, f.offset)).ok();
+        assert_eq!(sum(9), Some((3, 9)));
+        assert_eq!(sum(10), None, "bucket 1 is not established yet");
+        let seed = ring.fast_read(10, || 10).err().expect("declined");
+        let load = ring.load();
+        assert_eq!(
+            (seed.t, seed.front, seed.cum, seed.oldest),
+            (10, load.front, load.cum, load.oldest)
+        );
+        assert!(charge_n(&ring, 15, 2, 10));
+        assert_eq!(sum(15), Some((5, 5)));
+        assert_eq!(tails(&ring, 15)[0], 5, "the general read agrees");
+        // Weighted's second snapshot: bucket 0's 3 units leave at bucket 2.
+        let fast = ring.fast_read(10, || 15).expect("common case");
+        assert_eq!(fast.rest(), Some(tails(&ring, 15)[1]));
+        // A charge judged on a reading fails once anything was admitted since.
+        assert!(charge_n(&ring, 16, 1, 10));
+        assert!(!fast.charge(1));
+        assert_eq!(tails(&ring, 16)[0], 6, "the failed charge wrote nothing");
+        // A retired ring is never read fast.
+        assert!(ring.retire_now());
+        assert_eq!(sum(16), None);
+    }
+
     /// The tails `tail(0 ..= N)` at `t` (granularity 10), read without writing.
     fn tails(ring: &Ring<'_>, t: u64) -> Vec<u64> {
         let n = ring.buckets();
