@@ -332,10 +332,11 @@ impl<C: Clock> SlidingWindow<C> {
     /// Checks and charges `n` on an algorithm other than the counter. Out of line, and not
     /// through `acquire_slow`: with the other algorithms inlined beside the counter's general
     /// loop, a denied Strict check took 37–43 ns instead of 34–36 in a bare loop; behind
-    /// `acquire_slow`, a second call, direct GCRA took 17.3 ns instead of 14–15. Returning the decision alone lets it be written where the caller returns it:
-    /// returned in a tuple and copied out, its 16-byte reload of what was just stored 8 bytes
-    /// at a time stalled (`perf annotate`), and a GCRA check took 23–24 ns instead of
-    /// 17.6–18.2 (`cargo bench --bench algorithms -- algorithms_direct`).
+    /// `acquire_slow`, a second call, direct GCRA took 17.3 ns against 15.7–16.3 now
+    /// (`cargo bench --bench algorithms -- algorithms_direct`). Returning the decision alone
+    /// lets it be written where the caller returns it: returned in a tuple and copied out, its
+    /// 16-byte reload of what was just stored 8 bytes at a time stalled (`perf annotate`), and
+    /// a GCRA check took 23–24 ns instead of 17.6–18.2.
     #[inline(never)]
     fn charge_out_of_line(&self, n: u64) -> Decision {
         self.decide(n, Op::Charge).0

@@ -375,13 +375,13 @@ pub(crate) fn charge_loop(
     }
 }
 
-/// The counter's common admission, [`Ring::fast_read`] on the ring `ring()` gives, judged
-/// by [`Rule::judge_fast`] and charged by [`Fast::charge`](crate::window::ring::Fast::charge). Otherwise, having written
-/// nothing, `Err` with what the fast read loaded, if anything, for [`charge_loop`] to go on
-/// from: if `rule` is not the counter's (`ring` is then not called: a direct
-/// limiter of another algorithm has no ring) or the admission is not the common one. An
-/// allowed Strict check took about 14 ns through the general loop alone and 10.1–10.4 with
-/// this in front of it (bare loop, governor 9.6–9.8 in the same runs); Weighted 18–20 →
+/// The counter's common admission: [`Ring::fast_read`] on the ring `ring()` gives, judged by
+/// [`Rule::judge_fast`] and charged by [`Fast::charge`](crate::window::ring::Fast::charge).
+/// Otherwise, having written nothing, `Err` with what the fast read loaded, if anything, for
+/// [`charge_loop`] to go on from: if `rule` is not the counter's (`ring` is then not called:
+/// a direct limiter of another algorithm has no ring) or the admission is not the common one.
+/// An allowed Strict check took about 14 ns through the general loop alone and 10.1–10.4
+/// with this in front of it (bare loop, governor 9.6–9.8 in the same runs); Weighted 18–20 →
 /// 12.6–13.9.
 #[inline(always)]
 pub(crate) fn charge_fast<'a>(
