@@ -303,17 +303,15 @@ impl<C: Clock> SlidingWindow<C> {
     }
 
     /// Checks and charges `n`, already validated: the counter's common admission
-    /// ([`charge_fast`]) inline, everything else out of line in [`SlidingWindow::acquire_slow`].
-    /// Straight to the ring: through `state()`'s match on the head the fast path took 10–11 ns
-    /// a check instead of 10–10.5 (bare loop; governor 9.7–9.9 in the same runs), and with
-    /// the general loop inlined beside it the check was no longer inlined into its caller
-    /// (12.6–13.2 ns).
+    /// ([`charge_fast`]) inline, its general loop out of line in
+    /// [`SlidingWindow::acquire_slow`], the other algorithms in
+    /// [`SlidingWindow::charge_out_of_line`].
     #[inline(always)]
     fn acquire(&self, n: u64) -> Decision {
         if !matches!(self.head, Head::Ring { .. }) {
             return self.charge_out_of_line(n);
         }
-        match charge_fast(|| self.ring(), &self.rule, || self.clock.now().0, n) {
+        match charge_fast(self.ring(), &self.rule, || self.clock.now().0, n) {
             Ok(decision) => decision,
             Err(seed) => self.acquire_slow(n, seed),
         }

@@ -343,7 +343,7 @@ pub(crate) fn charge_ring(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
-    match charge_fast(|| ring, rule, &now, n) {
+    match charge_fast(ring, rule, &now, n) {
         Ok(decision) => Some(decision),
         Err(seed) => charge_loop(ring, seed, rule, now, n),
     }
@@ -375,28 +375,19 @@ pub(crate) fn charge_loop(
     }
 }
 
-/// The counter's common admission: [`Ring::fast_read`] on the ring `ring()` gives, judged by
-/// [`Rule::judge_fast`] and charged by [`Fast::charge`](crate::window::ring::Fast::charge).
-/// Otherwise, having written nothing, `Err` with what the fast read loaded, if anything, for
-/// [`charge_loop`] to go on from: if `rule` is not the counter's (`ring` is then not called:
-/// a direct limiter of another algorithm has no ring) or the admission is not the common one.
-/// An allowed Strict check took about 14 ns through the general loop alone and 10.1–10.4
-/// with this in front of it (bare loop, governor 9.6–9.8 in the same runs); Weighted 18–20 →
-/// 12.6–13.9.
+/// The counter's common admission: [`Ring::fast_read`], judged by [`Rule::judge_fast`] and
+/// charged by [`Fast::charge`](crate::window::ring::Fast::charge). Otherwise, having written
+/// nothing, `Err` with what the fast read loaded, if anything, for [`charge_loop`] to go on
+/// from. `rule` is a counter's (Strict, Weighted or the fixed window): only they have a ring.
+/// An allowed Strict check took 15.2–16.3 ns without this and 10.0–11.5 with it, Weighted
+/// 17.9–20.1 → 12.9–14.0, governor's 10.4 (`cargo bench --bench check -- check_allowed`).
 #[inline(always)]
-pub(crate) fn charge_fast<'a>(
-    ring: impl FnOnce() -> Ring<'a>,
+pub(crate) fn charge_fast(
+    ring: Ring<'_>,
     rule: &Rule,
     now: impl Fn() -> u64,
     n: u64,
 ) -> Result<Decision, Option<Seed>> {
-    if !matches!(
-        rule.quota.mode(),
-        Mode::Strict | Mode::Weighted | Mode::FixedWindow
-    ) {
-        return Err(None);
-    }
-    let ring = ring();
     let fast = ring.fast_read(rule.granularity, now).map_err(Some)?;
     let Some(decision) = rule.judge_fast(&fast, n) else {
         return Err(Some(fast.seed()));
