@@ -205,7 +205,7 @@ impl Rule {
             }
         }
         // Bucket N + 1 holds nothing of today's window.
-        self.after_buckets(nb + 1, r)
+        self.span.saturating_sub(r)
     }
 
     /// Time until the window holds nothing: the newest non-empty bucket `b − N + j` leaves

@@ -376,8 +376,9 @@ impl Reading<'_> {
             // Acquire: pairs with the Release of the slot's establishing CAS.
             self.ring.slot(k).load(Ordering::Acquire)
         };
-        let counted = (self.cum as u32).wrapping_sub(snapshot_of(slot));
-        if tag_of(slot) != k as u32 || ((counted as i32) < 0 && self.raised_past()) {
+        // Not clean: another bucket's snapshot, or one above the count, torn only if a refund
+        // raised it past this reading's count.
+        if !clean(slot, k, self.cum) && (tag_of(slot) != k as u32 || self.raised_past()) {
             self.torn.set(true);
             return 0;
         }
@@ -444,9 +445,9 @@ impl Fast<'_> {
     }
 }
 
-/// Whether `slot` is bucket `k`'s snapshot at or below the count of `cum`: what
-/// [`Reading::tail`] checks before counting from it (a raised one it looks into; the fast
-/// path leaves it to the general one).
+/// Whether `slot` is bucket `k`'s snapshot at or below the count of `cum`, so that a tail is
+/// counted from it ([`tail_from`]). [`Reading::tail`] looks further into a slot that is not
+/// (it may be raised by a refund); the fast path leaves that to the general one.
 #[inline]
 fn clean(slot: u64, k: u64, cum: u64) -> bool {
     tag_of(slot) == k as u32 && ((cum as u32).wrapping_sub(snapshot_of(slot)) as i32) >= 0
@@ -480,9 +481,9 @@ impl Ring<'_> {
         }
     }
 
-    /// The three loads a reading starts with (the clock reading `t` is the caller's).
+    /// The three loads a reading at clock reading `t` starts with.
     #[inline(always)]
-    fn load(&self) -> Seed {
+    fn load(&self, t: u64) -> Seed {
         // Acquire: pairs with the Release of the CAS that published `front`, so every
         // snapshot at or below it is visible.
         let front = self.front.load(Ordering::Acquire);
@@ -493,7 +494,7 @@ impl Ring<'_> {
         // needs. Acquire: pairs with the Release of the slot's establishing CAS.
         let oldest = self.slot(front - self.buckets).load(Ordering::Acquire);
         Seed {
-            t: 0,
+            t,
             front,
             cum,
             oldest,
@@ -539,7 +540,7 @@ impl Ring<'_> {
                 front, cum, oldest, ..
             } = match seed.take() {
                 Some(seed) => seed,
-                None => self.load(),
+                None => self.load(now_t),
             };
             if cum & RETIRED != 0 {
                 return None;
@@ -646,10 +647,12 @@ impl Ring<'_> {
         granularity: u64,
         now: impl Fn() -> u64,
     ) -> Result<Fast<'_>, Seed> {
-        let t = now();
-        let seed = Seed { t, ..self.load() };
+        let seed = self.load(now());
         let Seed {
-            front, cum, oldest, ..
+            t,
+            front,
+            cum,
+            oldest,
         } = seed;
         let first = front - self.buckets;
         // `locate`'s common case: `t` in bucket `front`, which starts at `(front − N − 1)·G`.
@@ -963,10 +966,10 @@ mod tests {
         assert_eq!(sum(9), Some((3, 9)));
         assert_eq!(sum(10), None, "bucket 1 is not established yet");
         let seed = ring.fast_read(10, || 10).err().expect("declined");
-        let load = ring.load();
+        let load = ring.load(10);
         assert_eq!(
             (seed.t, seed.front, seed.cum, seed.oldest),
-            (10, load.front, load.cum, load.oldest)
+            (load.t, load.front, load.cum, load.oldest)
         );
         assert!(charge_n(&ring, 15, 2, 10));
         assert_eq!(sum(15), Some((5, 5)));
