@@ -639,8 +639,8 @@ impl Ring<'_> {
     /// repeating them, a check makes the same atomic accesses as before the fast path existed
     /// (the loom models of rotation, which explore every interleaving of them, stay as
     /// small). Through `read` and `Rule::judge` alone an allowed Strict check was about 200
-    /// instructions and 14 ns in a bare loop, against 68 instructions and 9.7 ns for
-    /// governor's check (callgrind; same run); see `state::charge_fast` for this path.
+    /// instructions against 68 for governor's (`valgrind --tool=callgrind`, a loop of direct
+    /// checks), and with this about 110; `state::charge_fast` has the criterion figures.
     #[inline(always)]
     pub(crate) fn fast_read(
         &self,
