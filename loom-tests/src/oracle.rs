@@ -69,7 +69,8 @@ pub struct Spec {
     pub buckets: u64,
     /// `G` in nanoseconds.
     pub granularity: u64,
-    /// Strict or Weighted (the only modes this oracle models).
+    /// Strict or Weighted (the only modes the counter oracles model; `fixed_window.rs` uses
+    /// a fixed-window spec only for `limiter`, `bucket` and `effective_times`).
     pub mode: Mode,
 }
 
