@@ -435,8 +435,12 @@ impl Fast<'_> {
     }
 
     /// Charges `cost` judged on this reading, as [`Ring::read`] and [`Ring::try_charge`] do:
-    /// `false`, having written nothing, if `front` moved since (a fill may have overwritten
-    /// the snapshots read) or the CAS lost.
+    /// `false`, having written nothing, if `front` moved since or the CAS lost. The re-check
+    /// of `front` is `read`'s, kept so that this stays `read`'s protocol step for step; no
+    /// loom model fails without it here, as every slot this reading used was loaded and
+    /// tag-checked before the judgement, and an admission landing after a newer snapshot is
+    /// counted in the newer bucket, which only errs toward denial ("Why Strict never
+    /// over-admits").
     #[inline(always)]
     pub(crate) fn charge(&self, cost: u64) -> bool {
         // Acquire: as `read`'s re-check of `front`.
@@ -637,8 +641,9 @@ impl Ring<'_> {
     /// check that `front` did not move before the CAS, the same CAS, so every argument made
     /// for `read` holds; and as the general path resumes from its loads rather than
     /// repeating them, a check makes the same atomic accesses as before the fast path existed
-    /// (the loom models of rotation, which explore every interleaving of them, stay as
-    /// small). Through `read` and `Rule::judge` alone an allowed Strict check was about 200
+    /// (but for a Weighted or fixed-window decline, which loads its second snapshot twice, and
+    /// a retired ring, whose oldest snapshot is now loaded before the retirement is seen), so
+    /// the loom models of rotation, which explore every interleaving of them, stay as small. Through `read` and `Rule::judge` alone an allowed Strict check was about 200
     /// instructions against 68 for governor's (`valgrind --tool=callgrind`, a loop of direct
     /// checks), and with this about 110; `state::charge_fast` has the criterion figures.
     #[inline(always)]
