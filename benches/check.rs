@@ -3,11 +3,15 @@
 //!
 //! - `check_allowed`: a quota so large that every check in the run is admitted.
 //! - `check_denied`: a limit of 1, spent before the measurement, in a window of an hour.
+//! - `coarse_clock`: the allowed check again, with both limiters on a clock that an upkeep
+//!   thread refreshes every millisecond (slidegate's `CoarseClock`, governor's
+//!   `QuantaUpkeepClock`): one atomic load per reading instead of a TSC read. Only one upkeep
+//!   thread can run per process, so each limiter runs while its own is up.
 //! - `contended_2_threads`: two threads hammering one limiter on the allowed path. An
 //!   iteration is one check on each thread, so the time shown is the wall time per pair of
 //!   checks and the throughput is the aggregate number of checks per second.
 //!
-//! Both limiters read their default clock, quanta's calibrated TSC.
+//! Elsewhere both limiters read their default clock, quanta's calibrated TSC.
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench check
@@ -21,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
+use slidegate::clock::CoarseClock;
 use slidegate::{MAX_LIMIT, Mode, Quota, SlidingWindow};
 
 /// The window of every slidegate quota: one hour, so nothing leaves it during a run.
@@ -134,6 +139,36 @@ fn check_denied(c: &mut Criterion) {
     group.finish();
 }
 
+/// The upkeep threads' refresh period.
+const UPKEEP: Duration = Duration::from_millis(1);
+
+fn coarse_clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("coarse_clock");
+    configure(&mut group);
+    group.throughput(Throughput::Elements(1));
+    {
+        let clock = governor::clock::QuantaUpkeepClock::from_interval(UPKEEP)
+            .expect("no upkeep thread is running");
+        let governor = governor::RateLimiter::direct_with_clock(
+            governor::Quota::per_second(NonZeroU32::MAX),
+            clock,
+        );
+        group.bench_function(BenchmarkId::new("governor_upkeep", "direct"), |b| {
+            b.iter(|| governor.check())
+        });
+        assert!(governor.check().is_ok(), "governor ran out of quota");
+    } // Its upkeep thread stops here.
+    let clock = CoarseClock::new(UPKEEP).expect("governor's upkeep thread has stopped");
+    for (mode, name) in MODES {
+        let limiter = SlidingWindow::with_clock(quota(MAX_LIMIT, 10, mode), clock.clone());
+        group.bench_function(BenchmarkId::new(format!("{name}_coarse"), 10), |b| {
+            b.iter(|| limiter.check())
+        });
+        assert!(limiter.check().is_allowed(), "{name} ran out of quota");
+    }
+    group.finish();
+}
+
 /// Runs `check` `iters` times on each of `THREADS` threads released together, and returns
 /// the wall time from the first thread's start to the last one's end (thread start-up and
 /// join are outside it).
@@ -208,6 +243,7 @@ fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     check_allowed(&mut criterion);
     check_denied(&mut criterion);
+    coarse_clock(&mut criterion);
     contended(&mut criterion);
     criterion.final_summary();
 }

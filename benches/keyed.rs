@@ -4,13 +4,16 @@
 //!
 //! - `keyed_allowed/{1, 1000, 1000000}`: held keys visited in a pseudo-random order, a quota
 //!   so large that every check is admitted.
+//! - `keyed_coarse_clock/1000`: as `keyed_allowed/1000` with every limiter on a clock that an
+//!   upkeep thread refreshes every millisecond (slidegate's `CoarseClock`, governor's
+//!   `QuantaUpkeepClock`).
 //! - `keyed_denied/1000`: held keys whose limit of 1 was spent before the measurement.
 //! - `keyed_new_key`: the first check of a key never seen (a fresh limiter per sample,
 //!   dropped outside the timing).
 //! - `keyed_2_threads/{disjoint, same_key}`: two threads on 1000 keys each, or on one key. An
 //!   iteration is one check on each thread: the time shown is wall time per pair.
 //!
-//! Every limiter reads its default clock, quanta's calibrated TSC.
+//! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
 //! ```text
 //! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench keyed
@@ -25,6 +28,7 @@ mod common;
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
+use slidegate::clock::CoarseClock;
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
 type Governor<S> = governor::RateLimiter<
@@ -96,6 +100,50 @@ fn allowed(c: &mut Criterion) {
     for keys in [1u64, 1_000, 1_000_000] {
         held_keys(&mut group, keys, MAX_LIMIT, u32::MAX);
     }
+    group.finish();
+}
+
+/// 1000 keys, both limiters on a clock that an upkeep thread refreshes every millisecond
+/// (slidegate's `CoarseClock`, governor's `QuantaUpkeepClock`); one upkeep thread can run per
+/// process, so each limiter runs while its own is up.
+fn coarse_clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_coarse_clock");
+    configure(&mut group);
+    let (keys, interval) = (1_000u64, Duration::from_millis(1));
+    let mut i = 0u64;
+    let mut next = || {
+        i += 1;
+        scattered(i, keys)
+    };
+    {
+        let clock = governor::clock::QuantaUpkeepClock::from_interval(interval)
+            .expect("no upkeep thread is running");
+        let plain: governor::RateLimiter<u64, _, _> =
+            governor::RateLimiter::dashmap_with_clock(governor_quota(u32::MAX), clock.clone());
+        let hashed = governor::RateLimiter::dashmap_with_clock_and_hasher(
+            governor_quota(u32::MAX),
+            clock,
+            ahash::RandomState::new(),
+        );
+        for key in 0..keys {
+            assert!(plain.check_key(&key).is_ok() && hashed.check_key(&key).is_ok());
+        }
+        group.bench_function(BenchmarkId::new("governor_upkeep", keys), |b| {
+            b.iter(|| black_box(plain.check_key(&next()).is_ok()))
+        });
+        group.bench_function(BenchmarkId::new("governor_ahash_upkeep", keys), |b| {
+            b.iter(|| black_box(hashed.check_key(&next()).is_ok()))
+        });
+    } // Its upkeep thread stops here.
+    let clock = CoarseClock::new(interval).expect("governor's upkeep thread has stopped");
+    let quota = Quota::new(MAX_LIMIT, Duration::from_secs(3600)).expect("a valid quota");
+    let ours = KeyedLimiter::with_clock(quota, clock);
+    for key in 0..keys {
+        assert!(ours.check(&key).is_allowed());
+    }
+    group.bench_function(BenchmarkId::new("slidegate_coarse", keys), |b| {
+        b.iter(|| black_box(ours.check(&next())))
+    });
     group.finish();
 }
 
@@ -189,6 +237,7 @@ fn contended(c: &mut Criterion) {
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     allowed(&mut criterion);
+    coarse_clock(&mut criterion);
     denied(&mut criterion);
     new_key(&mut criterion);
     contended(&mut criterion);

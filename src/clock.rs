@@ -2,7 +2,9 @@
 //!
 //! A limiter reads time through the [`Clock`] trait as [`Nanos`] since the clock's own origin.
 //! [`QuantaClock`] (the default) reads the CPU's time-stamp counter through [quanta];
-//! [`ManualClock`] only moves when told to, so tests — yours and ours — never sleep.
+//! [`CoarseClock`] reads a time that a background thread refreshes (about twice as fast, up
+//! to its refresh interval stale); [`ManualClock`] only moves when told to, so tests — yours
+//! and ours — never sleep.
 //!
 //! [quanta]: https://docs.rs/quanta
 
@@ -141,6 +143,166 @@ impl Clock for QuantaClock {
     }
 }
 
+/// quanta's *recent* time: a reading is one atomic load of a time that a background thread
+/// refreshes every `interval`, instead of a time-stamp-counter read and a scaling multiply.
+///
+/// It halves the cost of a direct check (an allowed Strict check: 9.8–10.2 ns on
+/// [`QuantaClock`], 4.9–5.0 on this, governor on its own `QuantaUpkeepClock` 4.4–4.5;
+/// `cargo bench --bench check -- 'coarse_clock|check_allowed'`) and takes 2–3 ns off a keyed
+/// one (`cargo bench --bench keyed -- coarse`). The price is staleness: a reading
+/// lags the true time by up to `interval` plus however late the refreshing thread is
+/// scheduled. A limiter's guarantees hold in the time it reads, so with a lag of at most
+/// `δ`, Strict admits at most `L` in any real interval of length `W − δ` (a unit admitted
+/// late counts as admitted up to `δ` early, so it leaves the window up to `δ` early), and
+/// `retry_after` may be up to `δ` short. Choose it when `δ` is small against the window
+/// (1 ms against a window of seconds); the default [`QuantaClock`] is exact.
+///
+/// Only one refreshing ("upkeep") thread can run in a process, so every `CoarseClock`
+/// shares one, started by the first clock and stopped when the last clone of the last clock
+/// is dropped; its interval is the one the first clock asked for. Another library's upkeep
+/// thread (governor's `QuantaUpkeepClock`, say) cannot be shared safely, since it may stop at
+/// any time and freeze the readings: [`CoarseClock::new`] is then an error.
+///
+/// ```
+/// use slidegate::clock::{Clock, CoarseClock};
+/// use slidegate::{Quota, SlidingWindow};
+/// use std::time::Duration;
+///
+/// let clock = CoarseClock::new(Duration::from_millis(1))?;
+/// let limiter = SlidingWindow::with_clock(Quota::new(100, Duration::from_secs(1))?, clock.clone());
+/// assert!(limiter.check().is_allowed());
+/// let a = clock.now();
+/// assert!(clock.now() >= a);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(not(slidegate_loom))]
+#[derive(Clone)]
+pub struct CoarseClock {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+    _upkeep: std::sync::Arc<upkeep::Running>,
+}
+
+#[cfg(not(slidegate_loom))]
+impl CoarseClock {
+    /// A clock whose origin is now, refreshed every `interval` by the process's shared upkeep
+    /// thread (started now if no other `CoarseClock` is alive).
+    ///
+    /// # Errors
+    /// [`ClockError::ZeroInterval`] for a zero `interval`; [`ClockError::UpkeepRunning`] if an
+    /// upkeep thread that slidegate did not start is running; [`ClockError::Spawn`] if the
+    /// thread could not be started.
+    pub fn new(interval: Duration) -> Result<CoarseClock, ClockError> {
+        if interval.is_zero() {
+            return Err(ClockError::ZeroInterval);
+        }
+        let clock = quanta::Clock::new();
+        let running = upkeep::share(interval, &clock)?;
+        // The upkeep set the recent time before it returned, so this is a real reading.
+        Ok(CoarseClock {
+            origin: clock.recent(),
+            clock,
+            _upkeep: running,
+        })
+    }
+}
+
+#[cfg(not(slidegate_loom))]
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoarseClock").finish_non_exhaustive()
+    }
+}
+
+#[cfg(not(slidegate_loom))]
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        let since = self.clock.recent().saturating_duration_since(self.origin);
+        // Not `Nanos::from(Duration)`: its `u128` arithmetic stays in the check path, where
+        // this folds back into the `u64` difference quanta computed (a `Duration` built from
+        // at most `u64::MAX` ns converts back without overflow).
+        Nanos(since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos()))
+    }
+}
+
+/// Why a [`CoarseClock`] could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClockError {
+    /// The refresh interval was zero.
+    #[error("CoarseClock interval must be above zero")]
+    ZeroInterval,
+    /// An upkeep thread that slidegate did not start is running (only one can run per
+    /// process).
+    #[error(
+        "a quanta upkeep thread that slidegate did not start is running (governor's \
+         QuantaUpkeepClock starts one); only one can run per process, and sharing it would \
+         freeze this clock when its owner stops it"
+    )]
+    UpkeepRunning,
+    /// The upkeep thread could not be spawned.
+    #[error("could not spawn the CoarseClock upkeep thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// The process's one upkeep thread, shared by every [`CoarseClock`].
+#[cfg(not(slidegate_loom))]
+mod upkeep {
+    use core::time::Duration;
+    // std's, not `crate::sync`'s: a process-wide static that loom cannot model, touched only
+    // when clocks are made and dropped (this module is not built under loom).
+    use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+    use super::ClockError;
+
+    /// The upkeep thread slidegate started, if any: `Some` from its start until its handle
+    /// has been dropped (the thread joined), so a `Some` that no longer upgrades is one of
+    /// ours on its way out, not another library's.
+    static SHARED: Mutex<Option<Weak<Running>>> = Mutex::new(None);
+
+    /// A running upkeep thread; dropping the last `Arc` stops and joins it.
+    pub(super) struct Running(Option<quanta::Handle>);
+
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+            // Joins the thread, which clears quanta's "running" flag as it exits; only then
+            // may the next `share` start a new one.
+            drop(self.0.take());
+            *shared = None;
+        }
+    }
+
+    /// The running upkeep thread, started with `interval` if none is.
+    pub(super) fn share(
+        interval: Duration,
+        clock: &quanta::Clock,
+    ) -> Result<Arc<Running>, ClockError> {
+        loop {
+            let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(running) = shared.as_ref().and_then(Weak::upgrade) {
+                return Ok(running);
+            }
+            if shared.is_some() {
+                // Ours, dropped but not yet joined: its `Drop` is waiting for this lock.
+                drop(shared);
+                std::thread::yield_now();
+                continue;
+            }
+            return match quanta::Upkeep::new_with_clock(interval, clock.clone()).start() {
+                Ok(handle) => {
+                    let running = Arc::new(Running(Some(handle)));
+                    *shared = Some(Arc::downgrade(&running));
+                    Ok(running)
+                }
+                Err(quanta::Error::UpkeepRunning) => Err(ClockError::UpkeepRunning),
+                Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => Err(ClockError::Spawn(e)),
+            };
+        }
+    }
+}
+
 /// A clock that moves only when told to. Clones share one time.
 ///
 /// Use it to make tests of rate-limited code deterministic.
@@ -268,5 +430,57 @@ impl Clock for TokioClock {
     #[inline]
     fn now(&self) -> Nanos {
         Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.origin))
+    }
+}
+
+#[cfg(all(test, not(slidegate_loom)))]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// One test for everything that touches the process's upkeep thread, so that no other
+    /// test of this binary starts or stops it meanwhile.
+    #[test]
+    fn coarse_clocks_share_one_upkeep_thread_and_release_it() {
+        assert!(matches!(
+            CoarseClock::new(Duration::ZERO),
+            Err(ClockError::ZeroInterval)
+        ));
+
+        // Clones and a second clock share the first clock's thread.
+        let a = CoarseClock::new(Duration::from_millis(1)).expect("no upkeep thread yet");
+        let b = CoarseClock::new(Duration::from_millis(5)).expect("shares a's thread");
+        let a2 = a.clone();
+        let first = a.now();
+        assert!(a2.now() >= first);
+        // The thread refreshes the time: wait (bounded, far above its 1 ms period) until a
+        // reading moves. A broken upkeep would freeze it and fail here, not hang.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.now() == first && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(a.now() > first, "the recent time never moved");
+        // `b`'s origin is later than `a`'s, its readings never ahead of `a`'s.
+        assert!(b.now() <= a.now());
+        drop((a, a2, b));
+
+        // The last clock dropped stopped the thread: quanta would refuse a second one while
+        // it ran, and now an upkeep that slidegate did not start is refused instead of shared.
+        let foreign = quanta::Upkeep::new(Duration::from_millis(1))
+            .start()
+            .expect("slidegate's thread stopped with its last clock");
+        let err = CoarseClock::new(Duration::from_millis(1)).expect_err("not ours to share");
+        assert!(matches!(err, ClockError::UpkeepRunning));
+        assert!(err.to_string().contains("upkeep thread"), "{err}");
+        drop(foreign);
+
+        // And with it gone, a clock starts its own again.
+        let c = CoarseClock::new(Duration::from_millis(1)).expect("no upkeep thread running");
+        let limiter = crate::SlidingWindow::with_clock(
+            crate::Quota::new(1, Duration::from_secs(3600)).expect("valid"),
+            c,
+        );
+        assert!(limiter.check().is_allowed());
+        assert!(!limiter.check().is_allowed());
     }
 }

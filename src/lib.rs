@@ -121,7 +121,9 @@
 //!
 //! # Time
 //! Limiters read a [`clock::Clock`]. [`clock::QuantaClock`] (the default) reads the CPU's
-//! time-stamp counter; [`clock::ManualClock`] moves only when told to (and its
+//! time-stamp counter; [`clock::CoarseClock`] reads a time an upkeep thread refreshes, which
+//! halves a direct check's cost at the price of up to its refresh interval of staleness;
+//! [`clock::ManualClock`] moves only when told to (and its
 //! [`sleep`](clock::Clock::sleep) advances it), for deterministic tests; with the `tokio`
 //! feature, `clock::TokioClock` reads tokio's clock, so tests can run on paused time.
 //! Time never goes backwards as a limiter sees it: a reading older than the newest bucket a
