@@ -149,9 +149,9 @@ impl Clock for QuantaClock {
 /// It halves the cost of a direct check (an allowed Strict check: 9.7–10.3 ns on
 /// [`QuantaClock`], 4.9–6.0 on this, governor on its own `QuantaUpkeepClock` 4.4–7.1 in the
 /// same runs; `cargo bench --bench check -- 'coarse_clock|check_allowed'`) and takes 2–3 ns
-/// off a keyed one (`cargo bench --bench keyed -- 'coarse|allowed'`). The price is staleness: a reading
-/// lags the true time by up to `interval` plus however late the refreshing thread is
-/// scheduled. A limiter's guarantees hold in the time it reads, so with a lag of at most
+/// off a keyed one (`cargo bench --bench keyed -- 'coarse|allowed'`). The price is
+/// staleness: a reading lags the true time by up to `interval` plus however late the
+/// refreshing thread is scheduled. A limiter's guarantees hold in the time it reads, so with a lag of at most
 /// `δ`, Strict admits at most `L` in any real interval of length `W − δ` (a unit admitted
 /// late counts as admitted up to `δ` early, so it leaves the window up to `δ` early), and
 /// `retry_after` may be up to `δ` short. Choose it when `δ` is small against the window
