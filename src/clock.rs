@@ -151,10 +151,11 @@ impl Clock for QuantaClock {
 /// same runs; `cargo bench --bench check -- 'coarse_clock|check_allowed'`) and takes 2–3 ns
 /// off a keyed one (`cargo bench --bench keyed -- 'coarse|allowed'`). The price is
 /// staleness: a reading lags the true time by up to `interval` plus however late the
-/// refreshing thread is scheduled. A limiter's guarantees hold in the time it reads, so with a lag of at most
-/// `δ`, Strict admits at most `L` in any real interval of length `W − δ` (a unit admitted
-/// late counts as admitted up to `δ` early, so it leaves the window up to `δ` early), and
-/// `retry_after` may be up to `δ` short. Choose it when `δ` is small against the window
+/// refreshing thread is scheduled. A limiter's guarantees hold in the time it reads, so with
+/// a lag of at most `δ`, Strict admits at most `L` in any real interval of length `W − δ` (a
+/// unit admitted late counts as admitted up to `δ` early, so it leaves the window up to `δ`
+/// early; `tests/sliding_window.rs` checks this on random lags), and `retry_after` may be up
+/// to `δ` short. Choose it when `δ` is small against the window
 /// (1 ms against a window of seconds); the default [`QuantaClock`] is exact.
 ///
 /// Only one refreshing ("upkeep") thread can run in a process, so every `CoarseClock`
@@ -180,7 +181,7 @@ impl Clock for QuantaClock {
 pub struct CoarseClock {
     clock: quanta::Clock,
     origin: quanta::Instant,
-    _upkeep: std::sync::Arc<upkeep::Running>,
+    _upkeep: upkeep::Lease,
 }
 
 #[cfg(not(slidegate_loom))]
@@ -197,12 +198,12 @@ impl CoarseClock {
             return Err(ClockError::ZeroInterval);
         }
         let clock = quanta::Clock::new();
-        let running = upkeep::share(interval, &clock)?;
+        let lease = upkeep::Lease::take(interval, &clock)?;
         // The upkeep set the recent time before it returned, so this is a real reading.
         Ok(CoarseClock {
             origin: clock.recent(),
             clock,
-            _upkeep: running,
+            _upkeep: lease,
         })
     }
 }
@@ -251,54 +252,62 @@ pub enum ClockError {
 mod upkeep {
     use core::time::Duration;
     // std's, not `crate::sync`'s: a process-wide static that loom cannot model, touched only
-    // when clocks are made and dropped (this module is not built under loom).
-    use std::sync::{Arc, Mutex, PoisonError, Weak};
+    // when clocks are made, cloned and dropped (this module is not built under loom).
+    use std::sync::{Mutex, MutexGuard, PoisonError};
 
     use super::ClockError;
 
-    /// The upkeep thread slidegate started, if any: `Some` from its start until its handle
-    /// has been dropped (the thread joined), so a `Some` that no longer upgrades is one of
-    /// ours on its way out, not another library's.
-    static SHARED: Mutex<Option<Weak<Running>>> = Mutex::new(None);
+    /// The upkeep thread slidegate started and the number of [`Lease`]s on it. Counted under
+    /// the lock (rather than by an `Arc`, whose last drop would happen outside it), so the
+    /// thread is stopped and joined before the next clock can look, and a running thread
+    /// this does not hold is another library's.
+    static SHARED: Mutex<Option<(usize, quanta::Handle)>> = Mutex::new(None);
 
-    /// A running upkeep thread; dropping the last `Arc` stops and joins it.
-    pub(super) struct Running(Option<quanta::Handle>);
-
-    impl Drop for Running {
-        fn drop(&mut self) {
-            let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-            // Joins the thread, which clears quanta's "running" flag as it exits; only then
-            // may the next `share` start a new one.
-            drop(self.0.take());
-            *shared = None;
-        }
+    fn shared() -> MutexGuard<'static, Option<(usize, quanta::Handle)>> {
+        SHARED.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The running upkeep thread, started with `interval` if none is.
-    pub(super) fn share(
-        interval: Duration,
-        clock: &quanta::Clock,
-    ) -> Result<Arc<Running>, ClockError> {
-        loop {
-            let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(running) = shared.as_ref().and_then(Weak::upgrade) {
-                return Ok(running);
+    /// One clock's hold on the upkeep thread; the last one dropped stops and joins it.
+    pub(super) struct Lease(());
+
+    impl Lease {
+        /// A hold on the running upkeep thread, started with `interval` if none is.
+        pub(super) fn take(interval: Duration, clock: &quanta::Clock) -> Result<Lease, ClockError> {
+            let mut shared = shared();
+            if let Some((leases, _)) = shared.as_mut() {
+                *leases += 1;
+                return Ok(Lease(()));
             }
-            if shared.is_some() {
-                // Ours, dropped but not yet joined: its `Drop` is waiting for this lock.
-                drop(shared);
-                std::thread::yield_now();
-                continue;
-            }
-            return match quanta::Upkeep::new_with_clock(interval, clock.clone()).start() {
+            match quanta::Upkeep::new_with_clock(interval, clock.clone()).start() {
                 Ok(handle) => {
-                    let running = Arc::new(Running(Some(handle)));
-                    *shared = Some(Arc::downgrade(&running));
-                    Ok(running)
+                    *shared = Some((1, handle));
+                    Ok(Lease(()))
                 }
                 Err(quanta::Error::UpkeepRunning) => Err(ClockError::UpkeepRunning),
                 Err(quanta::Error::FailedToSpawnUpkeepThread(e)) => Err(ClockError::Spawn(e)),
-            };
+            }
+        }
+    }
+
+    impl Clone for Lease {
+        fn clone(&self) -> Lease {
+            if let Some((leases, _)) = shared().as_mut() {
+                *leases += 1;
+            }
+            Lease(())
+        }
+    }
+
+    impl Drop for Lease {
+        fn drop(&mut self) {
+            let mut shared = shared();
+            if let Some((leases, _)) = shared.as_mut() {
+                *leases -= 1;
+                if *leases == 0 {
+                    // Joins the thread, which clears quanta's "running" flag as it exits.
+                    drop(shared.take());
+                }
+            }
         }
     }
 }
