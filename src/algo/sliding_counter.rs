@@ -106,7 +106,7 @@ impl Rule {
         // 55–60 → 37–39 ns (`cargo bench --bench check -- check_denied`), keyed at 1000 keys,
         // N = 10, 45.5–47.5 → 38.7 (`cargo bench --bench keyed -- keyed_denied`); N ≤ 60
         // direct within this machine's noise.
-        let j = first_fit_ends(1, newest.max(1), |j| tail(j) + n > l);
+        let j = first_fit_ends(1, newest, |j| tail(j) + n > l);
         let retry = self.after_buckets(j, r);
         Decision::new(
             false,
