@@ -1,6 +1,6 @@
 //! The direct limiter's public surface: configuration errors, cost errors, edges of buckets
 //! and windows to the nanosecond, and extremes (the largest limit and costs, gaps of years,
-//! the most buckets) with overflow checks on.
+//! the most buckets) with overflow checks on, and Strict's bound on a clock that lags.
 
 mod common;
 
@@ -266,4 +266,39 @@ fn limiters_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<SlidingWindow>();
     assert_send_sync::<SlidingWindow<ManualClock>>();
+}
+
+proptest::proptest! {
+    /// What `CoarseClock` documents for a clock that lags real time by up to `δ` (readings
+    /// monotone, as quanta's recent time is): Strict never admits more than `L` in any
+    /// real-time interval of length `W − δ`. Real time `t` advances by random steps; each check
+    /// reads `max(previous reading, t − lag)` with a random `lag ≤ δ`.
+    #[test]
+    fn strict_on_a_lagging_clock_admits_at_most_the_limit_in_w_minus_the_lag(
+        steps in proptest::collection::vec((0u64..40, 0u64..=30, 1u64..=3), 1..300),
+    ) {
+        const W: u64 = 100;
+        const DELTA: u64 = 30;
+        const L: u64 = 4;
+        let (limiter, clock) = limiter(quota(L, W, 10, Mode::Strict));
+        let (mut t, mut reading) = (0u64, 0u64);
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for (dt, lag, n) in steps {
+            t += dt;
+            reading = reading.max(t.saturating_sub(lag.min(DELTA)));
+            clock.set(Duration::from_nanos(reading));
+            if limiter.check_n(n).unwrap().is_allowed() {
+                admitted.push((t, n));
+            }
+        }
+        // The busiest interval of length W − δ starts at an admission.
+        for &(s, _) in &admitted {
+            let within: u64 = admitted
+                .iter()
+                .filter(|&&(u, _)| s <= u && u < s + W - DELTA)
+                .map(|&(_, n)| n)
+                .sum();
+            proptest::prop_assert!(within <= L, "{within} admitted in [{s}, {})", s + W - DELTA);
+        }
+    }
 }
