@@ -15,8 +15,9 @@
 //!
 //! # Why this design
 //! - **Lookups write nothing shared.** A lookup pins the epoch (a thread-local write),
-//!   loads the table and probes: compare the slot's tag, then the entry's hash and key. No lock, no reference count,
-//!   no access timestamp; the only shared writes on a check are the key's own ring.
+//!   loads the table and probes: compare the slot's tag, then the entry's hash and key. No
+//!   lock, no reference count, no access timestamp; the only shared writes on a check are the
+//!   key's own ring.
 //! - **One writer at a time.** Inserts, evictions and resizes take `writer`, a mutex that
 //!   lookups never take. A key's first check is already a slow path (it allocates); making it
 //!   single-writer removes every insert/insert and insert/evict race: two inserts of one key
@@ -70,7 +71,9 @@ const ENTRY_ALIGN: usize = 16;
 /// The tag bits of a slot that points to an entry.
 const TAG_MASK: usize = ENTRY_ALIGN - 1;
 
-/// The slot tag of an entry of a key with `hash`: its top bits, which no table homes by.
+/// The slot tag of an entry of a key with `hash`: its top bits, which no table homes by. A
+/// hasher that leaves them zero (an identity hash of small integers) gives every entry tag 0:
+/// probes then load every entry they pass, as before tags, and find the same keys.
 #[inline]
 fn fragment(hash: u64) -> usize {
     // Truncation intended: four bits.
@@ -888,5 +891,117 @@ mod tests {
         }
         check_all_shapes(|k| u128::from(k) << 70);
         check_all_shapes(|k| format!("key number {k}"));
+    }
+
+    /// The table's invariants, checked under the writer lock: every linked entry is live, is
+    /// tagged with its key's fragment and is reachable from its home slot (no empty slot in
+    /// between); `len` and `tombstones` count what the slots hold; a free slot remains.
+    fn check_invariants<S: BuildHasher>(store: &Store<u32, S>) {
+        let writer = store.lock();
+        let guard = epoch::pin();
+        let table = store.table(&guard);
+        let (mut entries, mut tombstones) = (0, 0);
+        for (i, slot) in table.slots.iter().enumerate() {
+            let slot = slot.load(Ordering::Relaxed, &guard);
+            if slot.is_null() {
+                tombstones += usize::from(slot.tag() == TOMBSTONE);
+                continue;
+            }
+            entries += 1;
+            // SAFETY: linked, and only the writer (held here) unlinks.
+            let entry = unsafe { slot.deref() };
+            let hash = store.hash(&entry.key);
+            assert_eq!(slot.tag(), fragment(hash), "slot {i}: tag");
+            assert!(!entry.state().is_retired(), "slot {i}: a retired entry is linked");
+            let mut j = table.home(hash);
+            while j != i {
+                let on_way = table.slots[j].load(Ordering::Relaxed, &guard);
+                assert!(
+                    !(on_way.is_null() && on_way.tag() != TOMBSTONE),
+                    "key {} unreachable: slot {j} is empty",
+                    entry.key
+                );
+                j = (j + 1) & table.mask;
+            }
+        }
+        assert_eq!(entries, store.len(), "len");
+        assert_eq!(tombstones, writer.tombstones, "tombstones");
+        assert!(entries + tombstones <= table.mask, "no free slot");
+    }
+
+    /// 20 000 random steps (an insert-or-find with a charge, a clock step, a `retain_recent`)
+    /// with the invariants checked after each, and a live key never given a second entry.
+    fn random_steps<S: BuildHasher>(store: &Store<u32, S>, seed: u64, keys: u32) {
+        let mut x = seed | 1;
+        // xorshift64: deterministic, no dependency.
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut now = 0;
+        for step in 0..20_000 {
+            match next() % 10 {
+                0 => now += next() % 15,
+                1 => {
+                    store.retain_recent(now);
+                }
+                _ => {
+                    let key = (next() % u64::from(keys)) as u32;
+                    let guard = epoch::pin();
+                    let hash = store.hash(&key);
+                    let before = store.get(&key, hash, &guard);
+                    let entry = store.get_or_insert(&key, hash, || SHAPE, now, &guard);
+                    assert_eq!(entry.key, key);
+                    if let Some(before) = before.filter(|e| !e.state().is_retired()) {
+                        assert!(ptr::eq(before, entry), "step {step}: a second entry");
+                    }
+                    let State::Ring { ring, .. } = entry.state() else {
+                        panic!("a ring shape makes a ring")
+                    };
+                    if let Some(((), read)) = ring.read(10, || now, true, |_| ()) {
+                        ring.try_charge(read, 1);
+                    }
+                }
+            }
+            check_invariants(store);
+        }
+    }
+
+    #[test]
+    fn random_inserts_evictions_and_resizes_keep_the_table_invariants() {
+        for seed in 1..20u64 {
+            // Three home slots, fragments that differ: long shared probe sequences.
+            random_steps(&Store::new(FewHomes, usize::MAX), seed, 40);
+            random_steps(&Store::new(FewHomes, 7), seed, 40);
+            random_steps(&Store::new(OneHash, 5), seed, 12);
+            random_steps(&Store::new(ahash::RandomState::new(), 30), seed, 200);
+        }
+    }
+
+    /// Hashes key `k` to `k mod 3 | k << 60`: three homes, fragments `k mod 16`.
+    #[derive(Clone, Default)]
+    struct FewHomes;
+
+    impl BuildHasher for FewHomes {
+        type Hasher = FewHomesHasher;
+        fn build_hasher(&self) -> FewHomesHasher {
+            FewHomesHasher(0)
+        }
+    }
+
+    struct FewHomesHasher(u64);
+
+    impl Hasher for FewHomesHasher {
+        fn finish(&self) -> u64 {
+            (self.0 % 3) | (self.0 << 60)
+        }
+        fn write(&mut self, _: &[u8]) {
+            unreachable!("u32 keys hash through write_u32")
+        }
+        fn write_u32(&mut self, k: u32) {
+            self.0 = u64::from(k);
+        }
     }
 }
