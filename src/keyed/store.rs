@@ -912,7 +912,10 @@ mod tests {
             let entry = unsafe { slot.deref() };
             let hash = store.hash(&entry.key);
             assert_eq!(slot.tag(), fragment(hash), "slot {i}: tag");
-            assert!(!entry.state().is_retired(), "slot {i}: a retired entry is linked");
+            assert!(
+                !entry.state().is_retired(),
+                "slot {i}: a retired entry is linked"
+            );
             let mut j = table.home(hash);
             while j != i {
                 let on_way = table.slots[j].load(Ordering::Relaxed, &guard);
