@@ -4,7 +4,7 @@
 #![cfg(feature = "cli")]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// A fresh directory for one test, removed when dropped.
 struct TempDir(PathBuf);
@@ -94,14 +94,31 @@ fn succeeded(out: &Output) -> String {
 
 /// Key `a` sends 6 requests per second for 10 s against 5 per second; key `b` stays under.
 fn busy_trace() -> String {
+    busy_trace_from(0)
+}
+
+/// [`busy_trace`] starting `start` seconds later.
+fn busy_trace_from(start: u64) -> String {
     let mut csv = String::from("timestamp,key,cost\n");
-    for i in 0..60u32 {
-        csv.push_str(&format!("{}.{:06},a\n", i / 6, (i % 6) * 166_666));
+    for i in 0..60u64 {
+        let s = start + i / 6;
+        csv.push_str(&format!("{s}.{:06},a\n", (i % 6) * 166_666));
         if i % 3 == 0 {
-            csv.push_str(&format!("{}.{:06},b,2\n", i / 6, (i % 6) * 166_666 + 1));
+            csv.push_str(&format!("{s}.{:06},b,2\n", (i % 6) * 166_666 + 1));
         }
     }
     csv
+}
+
+/// The table without its last column, decisions per second (wall time).
+fn decisions(stdout: &str) -> Vec<Vec<String>> {
+    table(stdout)
+        .into_iter()
+        .map(|mut r| {
+            r.pop();
+            r
+        })
+        .collect()
 }
 
 #[test]
@@ -336,4 +353,165 @@ fn a_bare_slidegate_is_simulate_with_its_defaults() {
     // A bare `slidegate` takes simulate's options too.
     let out = succeeded(&slidegate(&dir.0, BOUNDARY));
     assert_eq!(row(&table(&out), "FixedWindow", "")[WORST], "20");
+}
+
+#[test]
+fn unix_timestamps_give_the_same_table_as_timestamps_from_zero() {
+    // 2.4e9 s is past the ~2.3e9 s the exact log tells apart from its clock's origin: the
+    // replay's clock counts from the first request.
+    let dir = TempDir::new("late");
+    let args = ["--limit", "5", "--window", "1s"];
+    let early = dir.file("early.csv", &busy_trace());
+    let late = dir.file("late.csv", &busy_trace_from(2_400_000_000));
+    let early = decisions(&succeeded(&replay(&dir.0, &early, &args)));
+    let late = decisions(&succeeded(&replay(&dir.0, &late, &args)));
+    assert_eq!(late, early);
+    assert_eq!(row(&late, "ExactLog", "")[WORST], "5");
+
+    // The span, not the timestamp, is bounded: about 73 years.
+    let trace = dir.file("long.csv", "0,a\n2305843010,a\n");
+    let out = replay(&dir.0, &trace, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "line 2: timestamp 2305843010 is more than 2305843009.21369395 s (about 73 years) \
+             after the first request's 0"
+        ),
+        "{stderr}"
+    );
+    let out = replay(&dir.0, &trace, &["--skip-bad-lines"]);
+    assert!(succeeded(&out).contains("skipped 1 bad lines"));
+}
+
+#[test]
+fn a_closed_pipe_ends_the_run_quietly() {
+    let dir = TempDir::new("pipe");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .current_dir(&dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before reading a byte, as `| head -0` would; the table is printed
+    // after the replay, long after this.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn a_byte_order_mark_before_the_header_is_ignored() {
+    let dir = TempDir::new("bom");
+    let trace = dir.file("bom.csv", &format!("\u{feff}{}", busy_trace()));
+    let out = replay(&dir.0, &trace, &["--limit", "5", "--window", "1s"]);
+    assert_eq!(
+        row(&table(&succeeded(&out)), "ExactLog", "")[REQUESTS],
+        "80"
+    );
+}
+
+#[test]
+fn skipping_every_line_says_which_lines_were_bad() {
+    let dir = TempDir::new("allbad");
+    let trace = dir.file("bad.csv", "timestamp,key\nx,a\n1,a,0\n");
+    let out = replay(&dir.0, &trace, &["--skip-bad-lines"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "no requests to simulate: --skip-bad-lines skipped all 2 data lines, the first at \
+             line 2: timestamp \"x\" is not a number"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn runs_too_large_for_memory_or_time_are_usage_errors() {
+    let dir = TempDir::new("large");
+    let trace = dir.file("one.csv", "1,a\n");
+    let trace = trace.to_str().unwrap();
+    let cases: [(&[&str], &[&str]); 9] = [
+        (
+            &["--rate", "1e300"],
+            &[
+                "about 5.77e305 requests",
+                "lower --rate, --limit, --keys or --duration",
+            ],
+        ),
+        (
+            &[
+                "--scenario",
+                "boundary",
+                "--limit",
+                "50000000",
+                "--keys",
+                "1",
+                "--window",
+                "1s",
+                "--duration",
+                "2s",
+            ],
+            &[
+                "about 1.00e8 requests",
+                "lower --limit, --keys or --duration",
+            ],
+        ),
+        (
+            &["--scenario", "steady", "--limit", "50000000"],
+            &["lower --rate, --keys or --duration (--rate defaults to 1.25 × L / W"],
+        ),
+        (
+            &["--limit", "2147483647"],
+            &["--limit 2147483647: ExactLog needs 17179869248 bytes (16.00 GiB) of state per key"],
+        ),
+        (
+            &["--trace", trace, "--limit", "2147483647"],
+            &["more than the 1073741824 (1 GiB) a run allows; lower --limit"],
+        ),
+        (
+            &["--duration", "2305843010s"],
+            &["--duration 2305843010s is too long: at most 2305843009.21369395 s"],
+        ),
+        (&["--on", "0s"], &["--on 0s: must be longer than zero"]),
+        (
+            &["--lifetime", "0s"],
+            &["--lifetime 0s: must be longer than zero"],
+        ),
+        (
+            &["--window", "100000000m"],
+            &["\"100000000m\" is too long (at most 4611686018.427387903 s)"],
+        ),
+    ];
+    for (args, wants) in cases {
+        let args = [&["simulate"], args].concat();
+        let out = slidegate(&dir.0, &args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        for want in wants {
+            assert!(stderr.contains(want), "{args:?}: {stderr}");
+        }
+        assert!(!text(&out.stdout).contains("| algorithm"), "{args:?}");
+    }
+    // The largest duration is accepted (and generates nothing at this rate).
+    let out = slidegate(
+        &dir.0,
+        &[
+            "simulate",
+            "--scenario",
+            "steady",
+            "--rate",
+            "1e-12",
+            "--keys",
+            "1",
+            "--duration",
+            "2305843009.21369395s",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no requests to simulate"));
 }

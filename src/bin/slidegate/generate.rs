@@ -66,12 +66,10 @@ pub fn generate(scenario: Scenario, params: &Params) -> Trace {
         Scenario::Churn => churn(&mut rng, params),
         Scenario::Boundary => boundary(params, "a", 0..params.keys),
         Scenario::Mixed => {
-            let k = params.keys;
-            let steady_keys = k - k * 15 / 100 - k * 5 / 100;
-            let burst_keys = steady_keys..steady_keys + k * 15 / 100;
-            let mut all = steady(&mut rng, params, "k", 0..steady_keys);
-            all.extend(bursts(&mut rng, params, "b", burst_keys.clone()));
-            all.extend(boundary(params, "a", burst_keys.end..k));
+            let [steady_keys, burst_keys, boundary_keys] = mixed_keys(params.keys);
+            let mut all = steady(&mut rng, params, "k", steady_keys);
+            all.extend(bursts(&mut rng, params, "b", burst_keys));
+            all.extend(boundary(params, "a", boundary_keys));
             all
         }
     };
@@ -83,6 +81,57 @@ pub fn generate(scenario: Scenario, params: &Params) -> Trace {
         builder.push(*at, key, 1);
     }
     builder.finish()
+}
+
+/// The keys of `mixed`'s parts, `0..keys` split in order: steady (the rest, about 80%),
+/// bursts (15%, rounded down), boundary attackers (5%, rounded down).
+fn mixed_keys(keys: u32) -> [std::ops::Range<u32>; 3] {
+    // In u64: 15 × keys overflows u32 from 286 331 154 keys.
+    let share = |percent: u64| (u64::from(keys) * percent / 100) as u32;
+    let (bursts, attackers) = (share(15), share(5));
+    let steady = keys - bursts - attackers;
+    [0..steady, steady..steady + bursts, steady + bursts..keys]
+}
+
+/// The number of requests `scenario` generates with `params`, before generating them: exact
+/// for `boundary`, the mean for the Poisson ones (for `bursts`, with every key's phase at its
+/// worst, which matters only when a period is long against the duration).
+pub fn expected_requests(scenario: Scenario, p: &Params) -> f64 {
+    let seconds = p.duration as f64 / 1e9;
+    let poisson = |keys: u32| p.rate * (f64::from(keys) * seconds);
+    let bursty = |keys: u32| {
+        if p.on == 0 {
+            return 0.0;
+        }
+        // Each key bursts at most ⌊duration / period⌋ + 1 times, each at most `on` (and all
+        // together at most `duration`) long, at `rate × period / on`.
+        let period = p.on.saturating_add(p.off) as f64;
+        let on = p.on as f64;
+        let busy = (on * ((p.duration as f64 / period).floor() + 1.0)).min(p.duration as f64);
+        p.rate * (f64::from(keys) * (period / on * busy / 1e9))
+    };
+    match scenario {
+        Scenario::Steady | Scenario::Churn => poisson(p.keys),
+        Scenario::Bursts => bursty(p.keys),
+        Scenario::Boundary => boundary_requests(p, p.keys),
+        Scenario::Mixed => {
+            let [steady, bursts, attackers] = mixed_keys(p.keys).map(|r| r.len() as u32);
+            poisson(steady) + bursty(bursts) + boundary_requests(p, attackers)
+        }
+    }
+}
+
+/// How many requests [`boundary`] makes on `keys` keys: `2L` per key per attacked boundary.
+fn boundary_requests(p: &Params, keys: u32) -> f64 {
+    let burst = p.window / 10;
+    // Boundaries W + 3W·j with W + 3W·j + W/10 ≤ duration (and below 2⁶³, as `boundary`).
+    let last = p.duration.saturating_sub(burst).min(u64::MAX / 2 - 1);
+    let boundaries = match (last.checked_sub(p.window), p.window.checked_mul(3)) {
+        (Some(room), Some(step)) => room / step + 1,
+        (Some(_), None) => 1,
+        (None, _) => 0,
+    };
+    2.0 * p.limit as f64 * f64::from(keys) * boundaries as f64
 }
 
 /// An exponential gap with mean `1 / rate` seconds, in nanoseconds (at least 1: two arrivals of
@@ -174,7 +223,7 @@ fn boundary(p: &Params, prefix: &str, keys: std::ops::Range<u32>) -> Arrivals {
                 out.push((b + offset, name));
             }
         }
-        b = b.saturating_add(3 * p.window);
+        b = b.saturating_add(p.window.saturating_mul(3));
     }
     out
 }
@@ -270,6 +319,83 @@ mod tests {
         assert_eq!(times[0], 9 * S);
         assert_eq!(times[10], 10 * S);
         assert_eq!(*times.last().unwrap(), 70 * S + 9 * S / 10);
+    }
+
+    #[test]
+    fn mixed_splits_many_keys_without_overflow() {
+        // 15 × 286 331 154 overflows u32: the bursts' share wrapped to 0 keys.
+        let k = 286_331_154;
+        let [steady, bursts, attackers] = mixed_keys(k);
+        assert_eq!(bursts.len(), 42_949_673);
+        assert_eq!(attackers.len(), 14_316_557);
+        assert_eq!((steady.start, attackers.end), (0, k));
+        assert_eq!((steady.end, bursts.end), (bursts.start, attackers.start));
+        assert_eq!(mixed_keys(20).map(|r| r.len()), [16, 3, 1]);
+    }
+
+    #[test]
+    fn the_boundary_attack_stops_when_three_windows_overflow() {
+        // 3W wraps past 2⁶⁴ to W' = 4W − 2⁶⁴, a second "boundary" below 2⁶³.
+        let p = Params {
+            limit: 2,
+            window: 6_700_000_000_000_000_000,
+            duration: u64::MAX,
+            keys: 1,
+            ..params()
+        };
+        assert_eq!(boundary(&p, "a", 0..1).len(), 4);
+        assert_eq!(boundary_requests(&p, 1), 4.0);
+    }
+
+    #[test]
+    fn the_estimate_is_what_the_generators_make() {
+        let poisson = |n: f64, mean: f64| (n - mean).abs() < 5.0 * mean.sqrt() + 1.0;
+        for (scenario, duration) in [
+            (Scenario::Steady, 1000 * S),
+            (Scenario::Churn, 1000 * S),
+            (Scenario::Mixed, 1000 * S),
+            (Scenario::Bursts, 1200 * S),
+        ] {
+            let p = Params {
+                duration,
+                ..params()
+            };
+            let n = generate(scenario, &p).requests.len() as f64;
+            let mean = expected_requests(scenario, &p);
+            assert!(
+                poisson(n, mean),
+                "{scenario}: {n} requests, estimated {mean}"
+            );
+        }
+        // Exact for the attack, whatever the duration and window.
+        for duration in [
+            0,
+            9 * S,
+            11 * S - 1,
+            11 * S,
+            40 * S,
+            41 * S,
+            100 * S,
+            1234 * S,
+        ] {
+            for window in [S, 10 * S, 7 * S + 3] {
+                let p = Params {
+                    duration,
+                    window,
+                    ..params()
+                };
+                let n = generate(Scenario::Boundary, &p).requests.len() as f64;
+                assert_eq!(expected_requests(Scenario::Boundary, &p), n, "{p:?}");
+            }
+        }
+        // Long bursts against a short run: the estimate is a bound, not the mean.
+        let p = Params {
+            on: 50 * S,
+            off: 1000 * S,
+            ..params()
+        };
+        let n = generate(Scenario::Bursts, &p).requests.len() as f64;
+        assert!(n <= expected_requests(Scenario::Bursts, &p), "{n}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod run;
 mod trace;
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal};
+use std::io::{self, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use slidegate::Quota;
 
 use crate::generate::{Params, Scenario};
 use crate::report::Row;
-use crate::trace::Trace;
+use crate::trace::{MAX_NANOS, MAX_SPAN, Seconds, Trace};
 
 /// slidegate's command-line tool: see what each rate-limiting algorithm admits on your traffic.
 ///
@@ -83,7 +83,7 @@ struct Simulate {
     #[arg(long, value_delimiter = ',', value_parser = parse_duration)]
     granularity: Vec<Duration>,
 
-    /// How long the generated traffic lasts.
+    /// How long the generated traffic lasts (at most about 73 years).
     #[arg(long, default_value = "10m", value_parser = parse_duration, conflicts_with = "trace")]
     duration: Duration,
 
@@ -126,52 +126,82 @@ struct Simulate {
 }
 
 const AFTER_HELP: &str = "\
-Every algorithm runs on its own keyed limiter over the same trace, on a simulated clock set to
-each request's timestamp. The exact sliding log is the reference: a request is wrongly allowed
-when an algorithm admitted it and the exact log denied it, wrongly denied for the reverse, as a
-share of all requests. After a first disagreement an algorithm's state differs from the exact
-log's (each admits different traffic), and later requests are judged on its own state — the
-standard way, as in Cloudflare's comparison.
+Every algorithm runs on its own keyed limiter over the same trace, on a simulated clock that
+follows the requests' timestamps. The exact sliding log is the reference: a request is wrongly
+allowed when an algorithm admitted it and the exact log denied it, wrongly denied for the
+reverse, as a share of all requests. After a first disagreement an algorithm's state differs
+from the exact log's (each admits different traffic), and later requests are judged on its own
+state — the standard way, as in Cloudflare's comparison.
 
 Trace format: `timestamp,key[,cost]` per line; timestamp in seconds with up to 9 decimals, read
 exactly to the nanosecond; non-decreasing (an earlier timestamp is an error naming the line:
-sort the file first); cost 1..=limit, 1 when absent. An optional header line starting with
-`timestamp`, blank lines and lines starting with `#` are skipped.";
+sort the file first) and at most about 73 years after the first; cost 1..=limit, 1 when absent.
+An optional header line starting with `timestamp`, blank lines and lines starting with `#` are
+skipped, as is a byte order mark at the start of the file.";
+
+/// The most requests a generated run may make: about 4 GB of memory at its peak (80 bytes a
+/// request: each is generated with its key's name, then kept in the trace, and every
+/// algorithm's decisions on it are kept for the table and the chart).
+const MAX_REQUESTS: f64 = 50_000_000.0;
+
+/// The most state one key may need. The exact log keeps 8 bytes per unit of the limit, and
+/// a run may hold every key at once.
+const MAX_BYTES_PER_KEY: usize = 1 << 30;
 
 /// A failure, with the exit code it maps to.
 struct Failure {
-    message: String,
-    /// 2: bad arguments (as clap's own usage errors); 1: anything else.
+    /// What went wrong; `None` ends the run without a word.
+    message: Option<String>,
+    /// 2: bad arguments (as clap's own usage errors); 1: anything else; 0: the reader of the
+    /// output went away.
     code: u8,
 }
 
 impl Failure {
     fn usage(message: impl ToString) -> Failure {
         Failure {
-            message: message.to_string(),
+            message: Some(message.to_string()),
             code: 2,
         }
     }
 
     fn other(message: impl ToString) -> Failure {
         Failure {
-            message: message.to_string(),
+            message: Some(message.to_string()),
             code: 1,
+        }
+    }
+}
+
+/// A failure to write the output. A closed pipe (`slidegate simulate | head -1`) means the
+/// reader has read all it wants: the run stops there, quietly and successfully, as `cat` does.
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Failure {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            Failure {
+                message: None,
+                code: 0,
+            }
+        } else {
+            Failure::other(format!("cannot write the output: {e}"))
         }
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = io::stdout().lock();
     // A bare `slidegate` is `slidegate simulate`.
     let result = match cli.command {
-        Some(Command::Simulate(args)) => simulate(&args),
-        None => simulate(&cli.simulate),
+        Some(Command::Simulate(args)) => simulate(&args, &mut out),
+        None => simulate(&cli.simulate, &mut out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            if let Some(message) = f.message {
+                eprintln!("error: {message}");
+            }
             ExitCode::from(f.code)
         }
     }
@@ -203,10 +233,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         3_600_000_000_000 => (1_000_000_000, 3600),
         n => (n, 1),
     };
-    let ns = trace::parse_decimal(number, base)
-        .map_err(|e| format!("\"{number}\" {e}"))?
+    let ns = trace::parse_decimal(number, base).map_err(|e| format!("\"{number}\" {e}"))?;
+    // The number was bounded in seconds; in minutes or hours it can be in range while the
+    // duration is not.
+    let ns = ns
         .checked_mul(factor)
-        .ok_or_else(|| format!("\"{text}\" is too long"))?;
+        .filter(|&ns| ns <= MAX_NANOS)
+        .ok_or_else(|| format!("\"{text}\" is too long (at most {} s)", Seconds(MAX_NANOS)))?;
     Ok(Duration::from_nanos(ns))
 }
 
@@ -223,36 +256,61 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn simulate(args: &Simulate) -> Result<(), Failure> {
+/// `slidegate simulate`, printing to `out`.
+fn simulate(args: &Simulate, out: &mut impl Write) -> Result<(), Failure> {
     let started = Instant::now();
     let base = Quota::new(args.limit, args.window).map_err(Failure::usage)?;
     let algorithms = run::algorithms(base, &args.granularity).map_err(Failure::usage)?;
     let window = nanos(args.window);
+    // Refused before reading or generating anything: one key's state could not be allocated.
+    if let Some(a) = algorithms
+        .iter()
+        .find(|a| a.quota.bytes_per_key() > MAX_BYTES_PER_KEY)
+    {
+        let bytes = a.quota.bytes_per_key();
+        return Err(Failure::usage(format!(
+            "--limit {}: {} needs {bytes} bytes ({:.2} GiB) of state per key, more than the \
+             {MAX_BYTES_PER_KEY} (1 GiB) a run allows; lower --limit",
+            args.limit,
+            label(a),
+            bytes as f64 / f64::from(1 << 30),
+        )));
+    }
 
     let (trace, source) = load(args, window)?;
-    if trace.requests.is_empty() {
-        return Err(Failure::other(format!("{source}: no requests to simulate")));
-    }
-    let first = trace.requests[0].at;
-    let last = trace.requests[trace.requests.len() - 1].at;
-    println!(
+    let (Some(first), Some(last)) = (trace.requests.first(), trace.requests.last()) else {
+        let skipped = match trace.bad_lines.first() {
+            Some(e) => format!(
+                ": --skip-bad-lines skipped all {} data lines, the first at {e}",
+                trace.bad_lines.len()
+            ),
+            None => String::new(),
+        };
+        return Err(Failure::other(format!(
+            "{source}: no requests to simulate{skipped}"
+        )));
+    };
+    let (first, last) = (first.at, last.at);
+    writeln!(
+        out,
         "slidegate simulate: {source}: {} requests, {} keys over {:.1} s; quota L = {} per {}",
         trace.requests.len(),
         trace.keys.len(),
         (last - first) as f64 / 1e9,
         args.limit,
         report::duration(args.window),
-    );
+    )?;
     if !trace.bad_lines.is_empty() {
-        println!(
+        writeln!(
+            out,
             "skipped {} bad lines (--skip-bad-lines):",
             trace.bad_lines.len()
-        );
+        )?;
         for e in trace.bad_lines.iter().take(5) {
-            println!("  {e}");
+            writeln!(out, "  {e}")?;
         }
         if trace.bad_lines.len() > 5 {
-            println!("  …");
+            writeln!(out, "  …")?;
         }
     }
 
@@ -344,11 +402,11 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
             }
         })
         .collect();
-    println!();
-    print!("{}", report::table(&rows, args.limit, args.window));
-    println!();
-    println!("{}", report::FOOTNOTE);
-    println!();
+    writeln!(out)?;
+    write!(out, "{}", report::table(&rows, args.limit, args.window))?;
+    writeln!(out)?;
+    writeln!(out, "{}", report::FOOTNOTE)?;
+    writeln!(out)?;
 
     const BINS: usize = 600;
     // BINS · width > last − first: the last request falls inside the last bin.
@@ -385,13 +443,15 @@ fn simulate(args: &Simulate) -> Result<(), Failure> {
         },
     )
     .map_err(Failure::other)?;
-    println!(
+    writeln!(
+        out,
         "chart: {} (key \"{}\": admitted in the trailing {} per algorithm, against L)",
         args.chart.display(),
         trace.keys[key],
         report::duration(args.window)
-    );
-    println!("ran in {:.2} s", started.elapsed().as_secs_f64());
+    )?;
+    writeln!(out, "ran in {:.2} s", started.elapsed().as_secs_f64())?;
+    out.flush()?;
     Ok(())
 }
 
@@ -423,6 +483,21 @@ fn load(args: &Simulate, window: u64) -> Result<(Trace, String), Failure> {
             .map_err(|e| Failure::other(format!("{}: {e}", path.display())))?;
         return Ok((trace, format!("trace {}", path.display())));
     }
+    // The generated times run from 0 to the duration: its bound is the span's.
+    if nanos(args.duration) > MAX_SPAN {
+        return Err(Failure::usage(format!(
+            "--duration {} is too long: at most {} s (about 73 years)",
+            report::duration(args.duration),
+            Seconds(MAX_SPAN)
+        )));
+    }
+    for (flag, value) in [("--on", args.on), ("--lifetime", args.lifetime)] {
+        if value == Some(Duration::ZERO) {
+            return Err(Failure::usage(format!(
+                "{flag} 0s: must be longer than zero"
+            )));
+        }
+    }
     let limit_rate = args.limit as f64 / args.window.as_secs_f64();
     let params = Params {
         limit: args.limit,
@@ -430,11 +505,33 @@ fn load(args: &Simulate, window: u64) -> Result<(Trace, String), Failure> {
         duration: nanos(args.duration),
         keys: args.keys,
         rate: args.rate.unwrap_or(1.25 * limit_rate),
-        on: args.on.map_or(window / 10 * 3, nanos),
+        // At least 1 ns: a window under 10 ns would otherwise give empty bursts.
+        on: args.on.map_or((window / 10 * 3).max(1), nanos),
         off: args.off.map_or(window / 10 * 9, nanos),
         lifetime: args.lifetime.map_or(window.saturating_mul(2), nanos),
         seed: args.seed,
     };
+    let expected = generate::expected_requests(args.scenario, &params);
+    if expected > MAX_REQUESTS {
+        let flags = match args.scenario {
+            Scenario::Boundary => "--limit, --keys or --duration",
+            Scenario::Mixed => "--rate, --limit, --keys or --duration",
+            Scenario::Steady | Scenario::Bursts | Scenario::Churn => "--rate, --keys or --duration",
+        };
+        let rate = if args.rate.is_none() && args.scenario != Scenario::Boundary {
+            format!(
+                " (--rate defaults to 1.25 × L / W, here {:.3e} per second per key)",
+                params.rate
+            )
+        } else {
+            String::new()
+        };
+        return Err(Failure::usage(format!(
+            "scenario {} would generate about {expected:.2e} requests, more than the \
+             {MAX_REQUESTS:.0} a run holds in memory; lower {flags}{rate}",
+            args.scenario
+        )));
+    }
     let trace = generate::generate(args.scenario, &params);
     let source = format!(
         "scenario {} (seed {}, {} keys, {})",

@@ -85,17 +85,37 @@ pub struct Replay {
     pub elapsed: Duration,
 }
 
+/// The trace time the simulated clock reads 0 at for `quota`: at most the first request's.
+///
+/// The exact log tells apart only [`MAX_SPAN`](crate::trace::MAX_SPAN) from its clock's
+/// origin (later readings count as that one), so Unix-like timestamps (2e9 s and more) would
+/// give it wrong answers: it counts from the first request, and a trace's span is checked
+/// against that bound. Fixed windows and buckets are aligned to their clock's origin, so for
+/// the other algorithms it stays a multiple of the window, below the first request: each
+/// window starts where it would on the trace's own clock, where a boundary attack aims (and
+/// their readings are never later than the trace's timestamps, which they store exactly).
+fn origin(trace: &Trace, quota: Quota) -> u64 {
+    let first = trace.requests.first().map_or(0, |r| r.at);
+    if quota.mode() == Mode::ExactLog {
+        first
+    } else {
+        let window = u64::try_from(quota.window().as_nanos()).unwrap_or(u64::MAX);
+        first - first % window
+    }
+}
+
 /// Replays `trace` through a fresh keyed limiter of `quota`, the simulated clock set to each
-/// request's time. `progress` is advanced by the number of requests.
+/// request's time since [`origin`]. `progress` is advanced by the number of requests.
 pub fn replay(trace: &Trace, quota: Quota, progress: &ProgressBar) -> Result<Replay, CostError> {
     const TICK: usize = 1 << 16;
     let clock = ManualClock::new();
     let limiter = KeyedLimiter::<String, ManualClock>::with_clock(quota, clock.clone());
     let mut allowed = Vec::with_capacity(trace.requests.len());
+    let origin = origin(trace, quota);
     let start = Instant::now();
     for chunk in trace.requests.chunks(TICK) {
         for r in chunk {
-            clock.set(Duration::from_nanos(r.at));
+            clock.set(Duration::from_nanos(r.at - origin));
             let decision = limiter.check_n(&trace.keys[r.key as usize], u64::from(r.cost))?;
             allowed.push(decision.is_allowed());
         }
@@ -390,6 +410,40 @@ mod tests {
             .unwrap()
             .allowed;
         assert_eq!(got, [true, true, true, false, true, true, false]);
+    }
+
+    #[test]
+    fn late_timestamps_replay_like_early_ones() {
+        // 2.4e9 s is past the ~2.3e9 s the exact log tells apart from its clock's origin.
+        let p = Params {
+            duration: 60 * S,
+            keys: 8,
+            ..params()
+        };
+        let early = generate(Scenario::Mixed, &p);
+        let base = Quota::new(p.limit, Duration::from_nanos(p.window)).unwrap();
+        // A whole number of windows later every algorithm decides alike; a shift by a part of
+        // one moves fixed windows and buckets, but not the exact log or GCRA.
+        for shift in [2_400_000_000 * S, 2_400_000_000 * S + 3 * S + 7] {
+            let mut late = early.clone();
+            for r in &mut late.requests {
+                r.at += shift;
+            }
+            for a in algorithms(base, &[]).unwrap() {
+                if shift % p.window != 0 && !matches!(a.quota.mode(), Mode::ExactLog | Mode::Gcra) {
+                    continue;
+                }
+                let replay =
+                    |t: &Trace| replay(t, a.quota, &ProgressBar::hidden()).unwrap().allowed;
+                let (late, early) = (replay(&late), replay(&early));
+                let differ = late.iter().zip(&early).position(|(l, e)| l != e);
+                assert_eq!(
+                    differ, None,
+                    "{} shifted by {shift}: first difference",
+                    a.name
+                );
+            }
+        }
     }
 
     #[test]

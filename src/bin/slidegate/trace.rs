@@ -7,13 +7,17 @@
 //!   Timestamps must not decrease from one line to the next: a trace out of order is an error
 //!   naming the line (sort it first, e.g. `sort -t, -k1,1g trace.csv`). Replaying unsorted
 //!   requests in file order would move the simulated clock backwards, which no limiter sees.
+//!   A trace may last at most [`MAX_SPAN`] (about 73 years) from its first request: the exact
+//!   log, the reference, is replayed on a clock counting from there and tells times apart only
+//!   that far.
 //! - `key`: any non-empty text without a comma (surrounding spaces are trimmed; no quoting).
 //! - `cost`: a whole number from 1 to the quota's limit; 1 when absent.
 //!
-//! A first line whose first field is `timestamp` (any case) is a header and is skipped. Blank
-//! lines and lines starting with `#` are skipped too. Any other line that does not parse is an
-//! error naming its line number and what is wrong, unless bad lines are skipped
-//! (`--skip-bad-lines`), in which case they are counted and reported.
+//! A UTF-8 byte order mark at the start of the file is ignored. A first line whose first field
+//! is `timestamp` (any case) is a header and is skipped. Blank lines and lines starting with
+//! `#` are skipped too. Any other line that does not parse is an error naming its line number
+//! and what is wrong, unless bad lines are skipped (`--skip-bad-lines`), in which case they are
+//! counted and reported.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -74,6 +78,11 @@ impl TraceBuilder {
         self.trace.requests.last().map(|r| r.at)
     }
 
+    /// The first timestamp pushed.
+    fn first_at(&self) -> Option<u64> {
+        self.trace.requests.first().map(|r| r.at)
+    }
+
     pub fn finish(self) -> Trace {
         self.trace
     }
@@ -104,6 +113,7 @@ pub enum Problem {
     Cost { text: String },
     CostRejected(CostError),
     OutOfOrder { previous: u64, this: u64 },
+    TooLate { first: u64, this: u64 },
 }
 
 impl fmt::Display for Problem {
@@ -125,6 +135,14 @@ impl fmt::Display for Problem {
                 Seconds(*this),
                 Seconds(*previous)
             ),
+            Problem::TooLate { first, this } => write!(
+                f,
+                "timestamp {} is more than {} s (about 73 years) after the first request's {}; \
+                 a trace may span at most that",
+                Seconds(*this),
+                Seconds(MAX_SPAN),
+                Seconds(*first)
+            ),
         }
     }
 }
@@ -140,14 +158,16 @@ pub enum NumberError {
 
 impl fmt::Display for NumberError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            NumberError::Empty => "is empty",
-            NumberError::NotDecimal => {
-                "is not a number of seconds (digits, optionally a point and more digits)"
+        match self {
+            NumberError::Empty => f.write_str("is empty"),
+            NumberError::NotDecimal => f.write_str(
+                "is not a number of seconds (digits, optionally a point and more digits)",
+            ),
+            NumberError::TooPrecise => {
+                f.write_str("has more than 9 digits after the point (nanoseconds)")
             }
-            NumberError::TooPrecise => "has more than 9 digits after the point (nanoseconds)",
-            NumberError::TooLarge => "is too large (at most about 292 years in nanoseconds)",
-        })
+            NumberError::TooLarge => write!(f, "is too large (at most {} s)", Seconds(MAX_NANOS)),
+        }
     }
 }
 
@@ -169,6 +189,11 @@ impl fmt::Display for Seconds {
 /// The largest timestamp accepted: 2⁶² − 1 ns (about 146 years), the range every algorithm
 /// stores exactly.
 pub const MAX_NANOS: u64 = (1 << 62) - 1;
+
+/// The longest a trace may last from its first request to its last: 2⁶¹ − 2 ns (about 73
+/// years), the range the exact log distinguishes (later readings of its clock count as that
+/// one, so its answers past it would be wrong).
+pub const MAX_SPAN: u64 = (1 << 61) - 2;
 
 /// Parses `digits[.digits]` times `unit` nanoseconds exactly; the fraction may have at most
 /// as many digits as `unit` has zeros (9 for seconds).
@@ -237,6 +262,13 @@ pub fn read(input: impl BufRead, limit: u64, skip_bad_lines: bool) -> Result<Tra
         let outcome = match std::str::from_utf8(text) {
             Err(_) => Err(Problem::NotUtf8),
             Ok(text) => {
+                // Editors on Windows start UTF-8 files with a byte order mark; it is not part
+                // of the header or of the first timestamp.
+                let text = if number == 1 {
+                    text.strip_prefix('\u{feff}').unwrap_or(text)
+                } else {
+                    text
+                };
                 let text = text.strip_suffix('\r').unwrap_or(text).trim();
                 let header = !seen_data
                     && text
@@ -248,7 +280,7 @@ pub fn read(input: impl BufRead, limit: u64, skip_bad_lines: bool) -> Result<Tra
                     continue;
                 }
                 seen_data = true;
-                parse_line(text, limit, builder.last_at())
+                parse_line(text, limit, builder.first_at(), builder.last_at())
             }
         };
         match outcome {
@@ -273,8 +305,14 @@ pub fn read(input: impl BufRead, limit: u64, skip_bad_lines: bool) -> Result<Tra
     Ok(trace)
 }
 
-/// One data line, already trimmed: `(at, key, cost)`.
-fn parse_line(text: &str, limit: u64, last: Option<u64>) -> Result<(u64, &str, u32), Problem> {
+/// One data line, already trimmed: `(at, key, cost)`. `first` and `last` are the first and
+/// last requests' timestamps so far.
+fn parse_line(
+    text: &str,
+    limit: u64,
+    first: Option<u64>,
+    last: Option<u64>,
+) -> Result<(u64, &str, u32), Problem> {
     let fields: Vec<&str> = text.split(',').map(str::trim).collect();
     if fields.len() > 3 {
         return Err(Problem::TooManyFields(fields.len()));
@@ -310,6 +348,9 @@ fn parse_line(text: &str, limit: u64, last: Option<u64>) -> Result<(u64, &str, u
     }
     if let Some(previous) = last.filter(|&p| p > at) {
         return Err(Problem::OutOfOrder { previous, this: at });
+    }
+    if let Some(first) = first.filter(|&f| at.saturating_sub(f) > MAX_SPAN) {
+        return Err(Problem::TooLate { first, this: at });
     }
     // cost ≤ limit ≤ MAX_LIMIT < 2³¹.
     Ok((at, key, cost as u32))
@@ -492,6 +533,61 @@ mod tests {
                 previous: 3 * S,
                 this: 2 * S + S / 2
             }
+        );
+    }
+
+    #[test]
+    fn a_trace_spans_at_most_max_span_from_its_first_request() {
+        // Unix-like timestamps (2e9 s) are fine; only the span is bounded.
+        let base = 2_000_000_000 * S;
+        let last = base + MAX_SPAN;
+        let ok = format!("{},a\n{},a\n", Seconds(base), Seconds(last));
+        assert_eq!(read_str(&ok, 1).unwrap().requests[1].at, last);
+        let late = format!("{},a\n{},b\n", Seconds(base), Seconds(last + 1));
+        let got = read_str(&late, 1).unwrap_err();
+        assert_eq!(
+            got,
+            "line 2: timestamp 4305843009.213693951 is more than 2305843009.21369395 s \
+             (about 73 years) after the first request's 2000000000; a trace may span at most that"
+        );
+        // Skipped like any other bad line; the span counts from the first good request.
+        let text = format!(
+            "x,a\n{},a\n{},b\n{},a\n",
+            Seconds(base),
+            Seconds(last + 1),
+            Seconds(last)
+        );
+        let trace = read(text.as_bytes(), 1, true).unwrap();
+        assert_eq!(trace.requests.len(), 2);
+        assert_eq!(trace.bad_lines.len(), 2);
+        assert_eq!(
+            trace.bad_lines[1],
+            LineError {
+                line: 3,
+                problem: Problem::TooLate {
+                    first: base,
+                    this: last + 1
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_line_is_ignored() {
+        let trace = read_str("\u{feff}timestamp,key\n1,a\n", 1).unwrap();
+        assert_eq!(trace.requests.len(), 1);
+        let trace = read_str("\u{feff}1,a\r\n2,a\n", 1).unwrap();
+        assert_eq!(trace.requests.len(), 2);
+        // Only at the start of the file.
+        let later = read_str("1,a\n\u{feff}2,a\n", 1).unwrap_err();
+        assert!(later.starts_with("line 2: timestamp"), "{later}");
+    }
+
+    #[test]
+    fn too_large_names_the_real_bound() {
+        assert_eq!(
+            NumberError::TooLarge.to_string(),
+            "is too large (at most 4611686018.427387903 s)"
         );
     }
 
