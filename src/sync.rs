@@ -90,6 +90,16 @@ impl Backoff {
         #[cfg(slidegate_loom)]
         loom::thread::yield_now();
     }
+
+    /// Backs off while waiting for another thread to finish something: spins at first, then
+    /// yields the processor (crossbeam's `snooze`), so a writer on the same core can run.
+    #[inline]
+    pub(crate) fn snooze(&self) {
+        #[cfg(not(slidegate_loom))]
+        self.inner.snooze();
+        #[cfg(slidegate_loom)]
+        loom::thread::yield_now();
+    }
 }
 
 /// Starts loading the cache line at address `addr` without waiting for it: a hint that never

@@ -31,9 +31,11 @@
 //! admission, only the `retry_after` of a denial.
 //!
 //! Arithmetic is exact: the judgement works in `u128` (`n·T` and `t + τ` may exceed `u64`
-//! for windows near 2⁶³ ns); only the stored TAT is capped at `MAX_TIME = 2⁶³ − 1` so that it
-//! never reaches `RETIRED` (a quota whose window is within `L` ns of 292 years can then free
-//! room up to `new − MAX_TIME` ns early; the sequential model in the tests caps the same way).
+//! for windows near 2⁶³ ns); a TAT never passes `MAX_TIME = 2⁶³ − 1`, so that it never
+//! reaches `RETIRED`: readings count as at most `MAX_TIME` (292 years from the clock's
+//! origin), and a cost whose TAT would pass it is denied, with a `retry_after` of `u64::MAX`
+//! ns (never: time stops there). Capping the TAT instead let every check through once it
+//! reached the cap.
 //!
 //! # Reservations and release ([`Gcra::release`], for `check_all`)
 //! A reservation is a charge: `check(.., Op::Reserve)` CASes the TAT to `new` and returns it
@@ -146,23 +148,32 @@ impl GcraRule {
         let units = |room: u128| u64::try_from(room / interval).unwrap_or(u64::MAX);
         let wait = |until: u128| u64::try_from(until.saturating_sub(t)).unwrap_or(u64::MAX);
         let l = self.limit;
-        if new - t <= tau {
+        // The latest TAT the cell can hold: `t + τ`, and never past `MAX_TIME`, where time
+        // stops (a TAT capped there would let every later check through).
+        let top = (t + tau).min(u128::from(MAX_TIME));
+        if new <= top {
             if op == Op::Peek {
-                let d = Decision::new(true, l, units(t + tau - base), 0, wait(tat));
+                let d = Decision::new(true, l, units(top - base), 0, wait(tat));
                 return Verdict {
                     decision: d,
                     next: None,
                 };
             }
-            let next = new.min(u128::from(MAX_TIME));
-            let d = Decision::new(true, l, units(t + tau - new), 0, wait(next));
+            let d = Decision::new(true, l, units(top - new), 0, wait(new));
             return Verdict {
                 decision: d,
-                next: Some(next as u64),
+                // `new ≤ MAX_TIME`.
+                next: Some(new as u64),
             };
         }
-        let remaining = units((t + tau).saturating_sub(base));
-        let d = Decision::new(false, l, remaining, wait(new - tau), wait(tat));
+        let remaining = units(top.saturating_sub(base));
+        // Past `MAX_TIME` the cost never fits: time stops there.
+        let retry = if new > u128::from(MAX_TIME) {
+            u64::MAX
+        } else {
+            wait(new - tau)
+        };
+        let d = Decision::new(false, l, remaining, retry, wait(tat));
         Verdict {
             decision: d,
             next: None,
@@ -375,30 +386,22 @@ mod tests {
             let base = self.tat.max(t);
             let new = base + n * self.t_;
             let reset = |tat: u128| tat.saturating_sub(t) as u64;
-            if new - t <= self.tau {
+            // The TAT may reach `t + τ`, and never pass the end of time.
+            let top = (t + self.tau).min(u128::from(MAX_TIME));
+            if new <= top {
                 if !charge {
-                    return (
-                        true,
-                        ((t + self.tau - base) / self.t_) as u64,
-                        0,
-                        reset(self.tat),
-                    );
+                    return (true, ((top - base) / self.t_) as u64, 0, reset(self.tat));
                 }
-                self.tat = new.min(u128::from(MAX_TIME));
-                return (
-                    true,
-                    ((t + self.tau - new) / self.t_) as u64,
-                    0,
-                    reset(self.tat),
-                );
+                self.tat = new;
+                return (true, ((top - new) / self.t_) as u64, 0, reset(self.tat));
             }
-            let remaining = ((t + self.tau).saturating_sub(base) / self.t_) as u64;
-            (
-                false,
-                remaining,
-                (new - self.tau - t) as u64,
-                reset(self.tat),
-            )
+            let remaining = (top.saturating_sub(base) / self.t_) as u64;
+            let retry = if new > u128::from(MAX_TIME) {
+                u64::MAX
+            } else {
+                (new - self.tau - t) as u64
+            };
+            (false, remaining, retry, reset(self.tat))
         }
 
         fn room(&self, t: u64) -> u128 {
@@ -600,6 +603,33 @@ mod tests {
                 assert!(!cell.is_retired(), "a TAT reached the RETIRED bit");
                 assert_eq!(u128::from(cell.tat()), model.tat);
             }
+        }
+    }
+
+    #[test]
+    fn time_stops_at_max_time_and_the_limit_still_holds() {
+        // 2 per 10 s, checked at one instant within τ of the end of time, and past it: two
+        // admitted, then denials that say the cost never fits. With the TAT capped at
+        // `MAX_TIME` instead, every one of the 1000 checks was admitted.
+        let rule = GcraRule::new(2, 10_000_000_000);
+        for t in [MAX_TIME - 2_000_000_000, u64::MAX] {
+            let word = AtomicU64::new(0);
+            let cell = Gcra::view(&word);
+            let mut model = Model::new(&rule);
+            let admitted = (0..1000)
+                .filter(|_| {
+                    let (d, _) = cell.check(&rule, || t, 1, Op::Charge).unwrap();
+                    assert_eq!(decision_of(d), model.check(t.min(MAX_TIME), 1, true));
+                    d.is_allowed()
+                })
+                .count();
+            assert!(admitted <= 2, "at {t}: {admitted} admitted");
+            let (d, _) = cell.check(&rule, || t, 1, Op::Peek).unwrap();
+            assert!(!d.is_allowed());
+            assert_eq!(
+                d.retry_after(),
+                Some(core::time::Duration::from_nanos(u64::MAX))
+            );
         }
     }
 

@@ -93,12 +93,18 @@
 //!
 //! # Spurious denials (contract item 4)
 //! A check that finds `h − 1` claimed but not written cannot stamp its own units (it does not
-//! know `h − 1`'s time) and denies after a few back-offs, reporting `remaining = 0` and
-//! `retry_after = reset_after = W`. That happens only while another admission is between
-//! its CAS and its last slot store: `n` plain stores that follow the CAS immediately, so
-//! only a writer that is descheduled there makes others deny, and never for longer than it
-//! is stalled. A commit, which must not deny, waits for those stores instead: the one step
-//! of this log that is not lock-free. A refund stops at such a unit and frees fewer.
+//! know `h − 1`'s time). It backs off, spinning and then yielding the processor ([`WAITS`]
+//! times), and if the unit is still unwritten denies, reporting `remaining = 0`, a
+//! `retry_after` of 1 µs (the stores are moments away; the request may fit once they land)
+//! and `reset_after = W`. That happens only while another admission is between its CAS and
+//! its last slot store: `n` plain stores that follow the CAS at once, so only a writer
+//! descheduled there, or one storing more units than the back-off outlasts, makes others
+//! deny, and never for longer than it is stalled. With four spins and no yield, a thread
+//! checking 1 unit beside one admitting 4096 at a time (clock stopped, `L = 2²⁰`) was denied
+//! thousands of times with the window far from full in 2 of 6 runs, each time told to wait
+//! a whole window; with these waits, in none of 20. A commit, which must not deny, waits for
+//! those stores instead: the one step of this log that is not lock-free. A refund stops at
+//! such a unit and frees fewer.
 //!
 //! # Retirement (for stores that evict; see the ring's "Retirement")
 //! [`Log::retire_idle`] loads `cum`; it needs pending `= 0` and `h − 1` written and outside
@@ -151,12 +157,24 @@ const FREED: u64 = 1 << 61;
 const STAMP: u64 = FREED - 1;
 
 /// The latest time (ns, about 73 years) the log distinguishes; later readings count as it.
-/// Time then stops for the log: units stop leaving, which errs toward denial.
+/// Time then stops for the log: units stop leaving, which errs toward denial, and a denial
+/// that waits on a unit that never leaves says so (`retry_after` of `u64::MAX` ns).
 const MAX_TIME: u64 = STAMP - 1;
 
 /// How many times a check backs off waiting for the newest unit's slot store before it
-/// denies conservatively.
+/// denies conservatively (see "Spurious denials"): crossbeam's `snooze`, 127 spins and then
+/// 57 yields of the processor, time for a writer to store thousands of units even when it
+/// shares a core with the waiting check. Four under loom, whose models explore every yield;
+/// the number of waits changes no decision a model checks, only how long a check waits
+/// before its conservative denial.
+#[cfg(not(slidegate_loom))]
+const WAITS: u32 = 64;
+#[cfg(slidegate_loom)]
 const WAITS: u32 = 4;
+
+/// The `retry_after` of a check that gave up waiting on a unit still being stored: that
+/// admission's last stores are moments away, after which the same request may fit at once.
+const RETRY_UNSTORED: u64 = 1_000;
 
 /// The lap tag of position `p` in a log of `2^shift` slots: `(p / cap) mod 4`. Since `cap`
 /// divides 2³², consecutive laps differ also across the wrap of `p` (for `cap = 2³¹` the
@@ -183,13 +201,16 @@ fn time_of(stamp: u64) -> u64 {
     stamp.saturating_sub(1)
 }
 
-/// How long until a unit stamped `stamp` leaves the window of `t` (0 if it is outside).
+/// How long until a unit stamped `stamp` leaves the window of `t` (0 if it is outside);
+/// `u64::MAX` ns (never) if it is still inside at [`MAX_TIME`], where the log's time stops.
 #[inline]
 fn leaves_after(stamp: u64, t: u64, window: u64) -> u64 {
-    if inside(stamp, t, window) {
-        stamp.saturating_add(window) - (t + 1)
-    } else {
+    if !inside(stamp, t, window) {
         0
+    } else if inside(stamp, MAX_TIME, window) {
+        u64::MAX
+    } else {
+        stamp.saturating_add(window) - (t + 1)
     }
 }
 
@@ -379,7 +400,7 @@ impl Log {
                 // Claimed and not yet stored (or the log moved on since `cum` was read).
                 if waits < WAITS {
                     waits += 1;
-                    backoff.spin();
+                    backoff.snooze();
                     continue;
                 }
                 // Acquire: as the first load. An unchanged `cum` means the claim is still
@@ -387,7 +408,7 @@ impl Log {
                 if self.cum.load(Ordering::Acquire) != cum {
                     continue;
                 }
-                return Some(Decision::new(false, limit, 0, window, window));
+                return Some(Decision::new(false, limit, 0, RETRY_UNSTORED, window));
             }
             let last_stamp = stamp_of(last);
             let t = now().min(MAX_TIME).max(time_of(last_stamp));
@@ -983,11 +1004,19 @@ mod tests {
     #[test]
     fn time_stops_at_the_largest_stamp() {
         // Readings past ~73 years count as `MAX_TIME`: units stop leaving (errs toward
-        // denial) instead of wrapping into the past.
+        // denial) instead of wrapping into the past, and a denial says it is for good.
         let log = Log::new(1);
         assert!(check(&log, 1, 10, u64::MAX, 1).is_allowed());
         let d = check(&log, 1, 10, u64::MAX, 1);
-        assert_eq!(d, Decision::new(false, 1, 0, 10, 10));
+        assert_eq!(d, Decision::new(false, 1, 0, u64::MAX, u64::MAX));
+        // Before time stops, a unit still leaves when its window has passed.
+        let log = Log::new(1);
+        assert!(check(&log, 1, 10, MAX_TIME - 10, 1).is_allowed());
+        assert_eq!(
+            check(&log, 1, 10, MAX_TIME - 5, 1),
+            Decision::new(false, 1, 0, 5, 5)
+        );
+        assert!(check(&log, 1, 10, MAX_TIME, 1).is_allowed());
         assert_eq!(log.last_active(), MAX_TIME);
     }
 
@@ -1083,7 +1112,7 @@ mod tests {
         for op in [Op::Charge, Op::Peek, Op::Reserve] {
             assert_eq!(
                 log.check(2, 10, || 0, 1, op),
-                Some(Decision::new(false, 2, 0, 10, 10)),
+                Some(Decision::new(false, 2, 0, RETRY_UNSTORED, 10)),
                 "{op:?}"
             );
         }
