@@ -82,7 +82,19 @@ pub trait Clock: Send + Sync {
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
     }
+
+    /// What `until_ready` awaits between checks (behind the `tokio` feature): tokio's timer by
+    /// default; a [`ManualClock`] advances itself and is ready at once, as its
+    /// [`sleep`](Clock::sleep) does.
+    #[cfg(feature = "tokio")]
+    fn sleep_async(&self, duration: Duration) -> SleepFuture<'_> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
+
+/// The future [`Clock::sleep_async`] returns.
+#[cfg(feature = "tokio")]
+pub type SleepFuture<'a> = core::pin::Pin<Box<dyn core::future::Future<Output = ()> + Send + 'a>>;
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
@@ -92,6 +104,11 @@ impl<C: Clock + ?Sized> Clock for &C {
 
     fn sleep(&self, duration: Duration) {
         (**self).sleep(duration);
+    }
+
+    #[cfg(feature = "tokio")]
+    fn sleep_async(&self, duration: Duration) -> SleepFuture<'_> {
+        (**self).sleep_async(duration)
     }
 }
 
@@ -392,6 +409,14 @@ impl Clock for ManualClock {
     /// ```
     fn sleep(&self, duration: Duration) {
         self.advance(duration);
+    }
+
+    /// Advances the clock by `duration`, ready at once: `until_ready` on a manual clock runs
+    /// in simulated time, as `wait` does.
+    #[cfg(feature = "tokio")]
+    fn sleep_async(&self, duration: Duration) -> SleepFuture<'_> {
+        self.advance(duration);
+        Box::pin(core::future::ready(()))
     }
 }
 

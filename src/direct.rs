@@ -204,7 +204,9 @@ impl<C: Clock> SlidingWindow<C> {
     /// client-side throttling of outbound calls. Between checks it waits each denial's
     /// `retry_after` through the clock's [`sleep`](Clock::sleep) (a thread sleep; a
     /// [`ManualClock`](crate::clock::ManualClock) advances instead). A cost of zero or above
-    /// the limit is an error at once: no wait would admit it.
+    /// the limit is an error at once: no wait would admit it. A denial whose `retry_after`
+    /// is `u64::MAX` ns (the exact log or GCRA at the end of its clock's range, where time
+    /// stops) is returned as it is: no wait would admit it either.
     ///
     /// ```
     /// use slidegate::{clock::{Clock, ManualClock, Nanos}, Quota, SlidingWindow};
@@ -240,12 +242,15 @@ impl<C: Clock> SlidingWindow<C> {
     /// ```
     pub fn wait_with_jitter(&self, n: u64, jitter: Duration) -> Result<Decision, CostError> {
         self.rule.validate(n)?;
-        wait::block(|| Ok(self.acquire(n)), |d| self.clock.sleep(d), jitter)
+        wait::block(&self.clock, || Ok(self.acquire(n)), jitter)
     }
 
-    /// Waits asynchronously, on tokio's timer, until cost `n` is admitted, and returns that
-    /// decision (feature `tokio`). Use it with a [`TokioClock`](crate::clock::TokioClock) to
-    /// test on tokio's paused time, or with the default clock in production.
+    /// Waits asynchronously until cost `n` is admitted, and returns that decision (feature
+    /// `tokio`), as [`SlidingWindow::wait`] does: between checks it awaits the clock's
+    /// [`sleep_async`](Clock::sleep_async), tokio's timer (a
+    /// [`ManualClock`](crate::clock::ManualClock) advances instead and is ready at once). Use
+    /// it with a [`TokioClock`](crate::clock::TokioClock) to test on tokio's paused time, or
+    /// with the default clock in production. Dropping the future charges nothing.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -289,7 +294,7 @@ impl<C: Clock> SlidingWindow<C> {
         jitter: Duration,
     ) -> Result<Decision, CostError> {
         self.rule.validate(n)?;
-        wait::ready(|| Ok(self.acquire(n)), jitter).await
+        wait::ready(&self.clock, || Ok(self.acquire(n)), jitter).await
     }
 
     /// The quota this limiter enforces.

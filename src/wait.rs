@@ -9,37 +9,46 @@
 use core::cell::Cell;
 use core::time::Duration;
 
+use crate::clock::Clock;
 use crate::decision::{CostError, Decision};
 
-/// Runs `check` until it admits, sleeping through `sleep` after each denial; a cost error
-/// ends the wait at once.
-pub(crate) fn block(
+/// Runs `check` until it admits, sleeping through the clock's [`Clock::sleep`] after each
+/// denial; a cost error ends the wait at once, and so does, returning it, a denial that says
+/// the cost never fits (a `retry_after` of `u64::MAX` ns: the algorithm's time has reached
+/// its end, see the README's "How"), where waiting could never help.
+pub(crate) fn block<C: Clock + ?Sized>(
+    clock: &C,
     mut check: impl FnMut() -> Result<Decision, CostError>,
-    sleep: impl Fn(Duration),
     jitter: Duration,
 ) -> Result<Decision, CostError> {
     loop {
         let decision = check()?;
-        if decision.is_allowed() {
+        if decision.is_allowed() || never(&decision) {
             return Ok(decision);
         }
-        sleep(pause(&decision, jitter));
+        clock.sleep(pause(&decision, jitter));
     }
 }
 
-/// [`block`] on tokio's timer.
+/// [`block`], awaiting [`Clock::sleep_async`] (tokio's timer, unless the clock is manual).
 #[cfg(feature = "tokio")]
-pub(crate) async fn ready(
+pub(crate) async fn ready<C: Clock + ?Sized>(
+    clock: &C,
     mut check: impl FnMut() -> Result<Decision, CostError>,
     jitter: Duration,
 ) -> Result<Decision, CostError> {
     loop {
         let decision = check()?;
-        if decision.is_allowed() {
+        if decision.is_allowed() || never(&decision) {
             return Ok(decision);
         }
-        tokio::time::sleep(pause(&decision, jitter)).await;
+        clock.sleep_async(pause(&decision, jitter)).await;
     }
+}
+
+/// Whether a denial says the cost will never fit (see [`block`]).
+fn never(denied: &Decision) -> bool {
+    denied.retry_after() == Some(Duration::from_nanos(u64::MAX))
 }
 
 /// What to wait before checking again after `denied`: its `retry_after` (at least 1 ns) plus

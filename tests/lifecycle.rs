@@ -227,3 +227,72 @@ fn quota_changes_keep_counts_only_within_one_shape() {
         "a new GCRA rule starts afresh"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn until_ready_on_a_manual_clock_runs_in_simulated_time() {
+    // Were `until_ready` to sleep on tokio's timer while the manual clock stood still, the
+    // second wait would never end: the deadline below, on tokio's paused time, fails it.
+    for mode in MODES {
+        let clock = ManualClock::new();
+        let l = SlidingWindow::with_clock(quota(1, 1000, mode), clock.clone());
+        let k = KeyedLimiter::with_clock(quota(1, 1000, mode), clock.clone());
+        for _ in 0..3 {
+            let waited = tokio::time::timeout(Duration::from_secs(60), async {
+                assert!(l.until_ready(1).await.unwrap().is_allowed());
+                assert!(k.until_ready(&7, 1).await.unwrap().is_allowed());
+            })
+            .await;
+            assert!(
+                waited.is_ok(),
+                "{mode:?}: still waiting at {:?}",
+                clock.now()
+            );
+        }
+        // Three single units a second apart at least, at most a granularity more.
+        assert!(clock.now().as_u64() >= 2_000_000_000, "{mode:?}");
+    }
+}
+
+#[test]
+fn at_the_end_of_time_a_wait_returns_the_denial_that_says_never() {
+    // The exact log's time stops ~73 years after its clock's origin, GCRA's at ~292; a
+    // cost that cannot leave then is denied with a retry_after of u64::MAX ns, and a wait
+    // returns that denial instead of sleeping forever.
+    // GCRA admits while the TAT it would write fits before its end: 1.5 s before it, one
+    // unit of 1 per second does, a second does not.
+    let gcra_start = (1 << 63) - 1 - 1_500_000_000;
+    for (mode, start) in [(Mode::ExactLog, u64::MAX), (Mode::Gcra, gcra_start)] {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos(start));
+        let l = SlidingWindow::with_clock(quota(1, 1000, mode), clock.clone());
+        assert!(l.wait(1).unwrap().is_allowed(), "{mode:?}");
+        let d = l.wait(1).unwrap();
+        assert!(!d.is_allowed(), "{mode:?}");
+        assert_eq!(
+            d.retry_after(),
+            Some(Duration::from_nanos(u64::MAX)),
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn readings_near_the_largest_do_not_overflow_the_ring() {
+    // 1 ns buckets at a reading near u64::MAX overflowed the ring's bucket arithmetic (a
+    // panic with overflow checks on, a check that never returned without them).
+    for mode in [Mode::Strict, Mode::Weighted, Mode::FixedWindow] {
+        let q = Quota::new(1, Duration::from_nanos(1))
+            .unwrap()
+            .with_mode(mode);
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos(u64::MAX - 1));
+        let l = SlidingWindow::with_clock(q, clock.clone());
+        assert!(l.check().is_allowed(), "{mode:?}");
+        assert!(
+            !l.check().is_allowed(),
+            "{mode:?}: time stops at the largest reading"
+        );
+        clock.advance(Duration::from_nanos(1));
+        assert!(!l.check().is_allowed(), "{mode:?}");
+    }
+}

@@ -268,7 +268,7 @@ where
         n: u64,
         jitter: Duration,
     ) -> Result<Decision, CostError> {
-        wait::block(|| self.acquire(key, n), |d| self.clock.sleep(d), jitter)
+        wait::block(&self.clock, || self.acquire(key, n), jitter)
     }
 
     /// Waits asynchronously, on tokio's timer, until cost `n` is admitted to `key` (feature
@@ -315,7 +315,7 @@ where
         n: u64,
         jitter: Duration,
     ) -> Result<Decision, CostError> {
-        wait::ready(|| self.acquire(key, n), jitter).await
+        wait::ready(&self.clock, || self.acquire(key, n), jitter).await
     }
 
     /// The number of keys held, idle keys not yet evicted included.

@@ -464,6 +464,10 @@ fn tail_from(cum: u64, slot: u64) -> u64 {
     u64::from((cum as u32).wrapping_sub(snapshot_of(slot))) + pending_of(cum)
 }
 
+/// The largest clock reading the ring tells apart (ns, about 292 years); later ones count
+/// as it.
+const MAX_READING: u64 = (1 << 63) - 1;
+
 impl Ring<'_> {
     #[inline]
     fn slot(&self, bucket: u64) -> &AtomicU64 {
@@ -539,7 +543,11 @@ impl Ring<'_> {
             // in which another thread's admission fails this one's CAS (two threads on one
             // limiter, `cargo bench --bench check -- contended`: 78 → 64 ns per pair of
             // checks, unpadded); alone it costs nothing measurable.
-            let now_t = *t.get_or_insert_with(&now);
+            // Readings count as at most `MAX_READING`, where time stops for the ring: from
+            // a reading near `u64::MAX`, 1 ns buckets overflowed the bucket arithmetic. The
+            // fast path needs no clamp: it takes a reading only within bucket `front` (an
+            // offset below G), and does no bucket arithmetic with it.
+            let now_t = (*t.get_or_insert_with(&now)).min(MAX_READING);
             let Seed {
                 front, cum, oldest, ..
             } = match seed.take() {
