@@ -11,8 +11,17 @@
 //!    reservation as admitted, and if it is allowed add the cost to the limit's *pending*
 //!    field by compare-and-swap from the value judged (re-judging on a lost CAS).
 //! 2. If a limit denies: **release** the reservations made so far (`pending −= n`; the
-//!    admitted count, and hence every snapshot, is untouched) and report the denial.
+//!    admitted count, and hence every snapshot, is untouched) and report the denial, every
+//!    limit judged again without reserving: judged before the release, an entry would count
+//!    this call's own reservations, and its `remaining` would be short by them.
 //! 3. If all reserved: **commit** each (`count += n, pending −= n`, one CAS).
+//!
+//! The reservations are held in a guard (`Reservations`) whose drop releases any not yet
+//! committed, so a panic in code of the caller's that a later entry runs (a key's `Hash` or
+//! `Eq`, a `Clock`) cannot leave pending cost that nothing would ever release: the limit would
+//! never regain the room, and a key with pending can never be evicted as idle. Before any of
+//! this, a limit listed more than once is judged for the sum of its costs without reserving:
+//! a sum above its limit is a `CostError`, not a denial to be retried forever.
 //!
 //! A reservation holds its room against every other check (plain or multi) until it is
 //! committed or released, so a concurrent check may be denied for room that a multi-check
@@ -27,7 +36,9 @@
 //! (see `window/ring.rs`).
 
 use core::cell::OnceCell;
+use core::ptr;
 use core::time::Duration;
+use std::panic::{self, AssertUnwindSafe};
 
 use crate::algo::sliding_counter::Rule;
 use crate::clock::Clock;
@@ -111,6 +122,7 @@ pub trait Limit: sealed::Reserve {}
 /// let d = check_all(&[(&per_second, 1), (&per_minute, 1)])?;
 /// assert_eq!(d.denied_by(), Some(0));
 /// assert!(d.retry_after().is_some());
+/// assert_eq!(d.remaining(), 0); // nothing charged: per_second has 0 left, per_minute 1
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -135,16 +147,20 @@ impl MultiDecision {
         self.denied_by
     }
 
-    /// The least [`Decision::remaining`] among the limits: how much more cost could be
-    /// admitted by all of them right now, after this decision. `u64::MAX` for no limits.
+    /// How much more cost could be admitted by all the limits right now, after this decision:
+    /// the least any of them has left. When allowed, that is after this request's charges (a
+    /// limit listed twice has both taken). When denied, nothing was charged, so it is the
+    /// least room any limit has now, what a peek of each would report. `u64::MAX` for no
+    /// limits.
     #[inline]
     pub fn remaining(&self) -> u64 {
         self.remaining
     }
 
     /// When denied: the longest [`Decision::retry_after`] among the limits that deny the
-    /// request now, the earliest wait after which they would all admit it if nothing else
-    /// arrives. `None` when allowed.
+    /// request now (a limit listed more than once judged for the sum of its costs), the
+    /// earliest wait after which they would all admit it if nothing else arrives. `None` when
+    /// allowed.
     #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
         self.denied_by
@@ -156,10 +172,30 @@ impl MultiDecision {
 ///
 /// Each entry is a limit and the cost to charge it (costs may differ per limit). The limits
 /// are judged and reserved in the order given; if one denies, the reservations made so far
-/// are released — nothing is charged, and no trace is left once this returns — and the
-/// remaining limits are only judged, for the tightest `retry_after`. A cost of zero or above
-/// a limit's limit is a [`CostError`], and then nothing is charged either. Lock-free, like a
-/// single check; see the module documentation of the source for the protocol.
+/// are released — nothing is charged, and no trace is left once this returns — and every
+/// limit is judged again without reserving, for the [`MultiDecision`]'s `remaining` and
+/// `retry_after`. A cost of zero or above a limit's limit is a [`CostError`], and then nothing
+/// is charged either. Lock-free, like a single check; see the module documentation of the
+/// source for the protocol.
+///
+/// **A limit listed more than once** (one [`SlidingWindow`](crate::SlidingWindow), or one
+/// [`KeyLimit`](crate::KeyLimit) value, in several entries) is charged the sum of its entries'
+/// costs. A sum above its limit could never be admitted, so it is
+/// [`CostError::ExceedsLimit`] with that sum as the `cost`, returned before anything is
+/// charged, rather than a denial whose `retry_after` a caller would wait for forever. Entries
+/// are the same limit when they are the same object: two `KeyLimit`s made by separate
+/// [`KeyedLimiter::key`](crate::KeyedLimiter::key) calls for one key are not recognised as
+/// one, so make one handle per key and list it in each place it applies.
+///
+/// **Panics.** The limits call code of the caller's: a key's `Hash` and `Eq`, each limiter's
+/// [`Clock`]. If any of it panics, the reservations held so far are released as the panic
+/// unwinds, and nothing is committed: the request is charged nowhere, the limits regain the
+/// room, and an idle key can be evicted as usual. The one exception is a GCRA reservation,
+/// which is a charge already and whose release reads its clock: if that clock panics during
+/// the release, that one reservation stays charged, as if admitted when it was made, and
+/// drains like any admission (every other reservation is still released). Commits read no
+/// clock (an exact log's stamps are read before the first commit), so a request is never
+/// left charged on some limits and not others.
 ///
 /// ```
 /// use slidegate::{check_all, clock::ManualClock, KeyedLimiter, Limit, Quota, SlidingWindow};
@@ -182,48 +218,35 @@ impl MultiDecision {
 /// assert_eq!(request("carol")?.denied_by(), Some(1)); // tenant 7's 3/s
 /// // The denied requests charged nothing anywhere.
 /// assert_eq!(hourly.peek().remaining(), 997);
+/// // One limit listed twice is charged the sum, and a sum above its limit is an error.
+/// assert!(check_all(&[(&hourly, 500), (&hourly, 497)])?.is_allowed());
+/// assert!(check_all(&[(&hourly, 600), (&hourly, 401)]).is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostError> {
     // Pinned only if a keyed limit needs it; it keeps reserved entries alive to the end.
-    let guard = OnceCell::new();
-    let mut held: Vec<(Reserved<'_>, u64)> = Vec::with_capacity(limits.len());
+    // Declared before `held` so that it is dropped after it: a release on unwinding still
+    // finds its entry alive.
+    let pin = OnceCell::new();
+    reject_repeated_overflow(limits, &pin)?;
+    let mut held = Reservations {
+        entries: Vec::with_capacity(limits.len()),
+        settled: 0,
+    };
     let mut remaining = u64::MAX;
     for (i, &(limit, n)) in limits.iter().enumerate() {
-        let judged = match limit.judge_cost(n, true, &guard) {
-            Ok(judged) => judged,
-            Err(e) => {
-                release(&held);
-                return Err(e);
-            }
+        // On an error (or a panic) `held` is dropped, which releases what it holds.
+        let judged = limit.judge_cost(n, true, &pin)?;
+        let Some(reserved) = judged.reserved else {
+            // Give back what was reserved before judging anything again: the answer is about
+            // the limits as they are without this request.
+            drop(held);
+            return denial(limits, i, &judged.decision, &pin);
         };
         remaining = remaining.min(judged.decision.remaining());
-        if let Some(reserved) = judged.reserved {
-            held.push((reserved, n));
-            continue;
-        }
-        // Denied: give back what was reserved before anything else, then judge the rest
-        // without reserving, for the longest wait.
-        release(&held);
-        let mut retry_after = wait(&judged.decision);
-        for &(limit, n) in &limits[i + 1..] {
-            let d = limit.judge_cost(n, false, &guard)?.decision;
-            remaining = remaining.min(d.remaining());
-            retry_after = retry_after.max(wait(&d));
-        }
-        return Ok(MultiDecision {
-            denied_by: Some(i),
-            remaining,
-            retry_after,
-        });
+        held.entries.push((reserved, n, 0));
     }
-    for &(r, n) in &held {
-        // `false` only if the state was forcibly retired (a key evicted at `max_keys`, or
-        // whose quota changed shape) since the reservation: the reservation counts as
-        // admitted before that retirement and is forgotten with everything it forgot. Other
-        // limits may be committed already, and counts are never subtracted, so no redo.
-        let _ = r.state.commit(n, || r.clock.now().0);
-    }
+    held.commit();
     Ok(MultiDecision {
         denied_by: None,
         remaining,
@@ -231,10 +254,152 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
     })
 }
 
-fn release(held: &[(Reserved<'_>, u64)]) {
-    for &(r, n) in held {
-        r.state.release(n, r.ticket, || r.clock.now().0);
+/// The reservations a [`check_all`] holds: those not yet settled (committed or released) are
+/// released on drop, so that a return by `?` or a panic that unwinds through the call leaves
+/// no reservation holding room forever. [`Reservations::commit`] settles them all.
+struct Reservations<'g> {
+    /// Each reservation, its cost, and the time a commit stamps (filled by `commit`).
+    entries: Vec<(Reserved<'g>, u64, u64)>,
+    /// How many, from the front, are settled.
+    settled: usize,
+}
+
+impl Reservations<'_> {
+    /// Turns every reservation into an admission.
+    fn commit(mut self) {
+        // An exact log stamps a commit with its clock. Read those clocks before the first
+        // commit, so that a clock that panics leaves every reservation held for `drop` to
+        // release (the request charged nowhere), and the commits themselves run no code of
+        // the caller's. Read after the log's reservation, a stamp is no older than the
+        // reservation's judgement, which is all the log's proof needs (`window/log.rs`).
+        for (r, _, stamp) in &mut self.entries {
+            if let State::Log { .. } = r.state {
+                *stamp = r.clock.now().0;
+            }
+        }
+        while let Some(&(r, n, stamp)) = self.entries.get(self.settled) {
+            // `false` only if the state was forcibly retired (a key evicted at `max_keys`, or
+            // whose quota changed shape) since the reservation: the reservation counts as
+            // admitted before that retirement and is forgotten with everything it forgot.
+            // Other limits may be committed already, and counts are never subtracted, so no
+            // redo.
+            let _ = r.state.commit(n, || stamp);
+            self.settled += 1;
+        }
     }
+}
+
+impl Drop for Reservations<'_> {
+    fn drop(&mut self) {
+        // Only a GCRA release can panic (it reads the limit's clock, caller's code). Catch it
+        // so that the other reservations are still released, then re-raise it unless this
+        // drop is part of an unwinding already (a second panic would abort the process).
+        let mut panicked = None;
+        for &(r, n, _) in &self.entries[self.settled..] {
+            let release = || r.state.release(n, r.ticket, || r.clock.now().0);
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(release)) {
+                panicked.get_or_insert(payload);
+            }
+        }
+        self.settled = self.entries.len();
+        if let Some(payload) = panicked {
+            if !std::thread::panicking() {
+                panic::resume_unwind(payload);
+            }
+        }
+    }
+}
+
+/// Entries of one limit: the sum of their costs, how many there are, and whether a cost is
+/// zero.
+struct Listing {
+    total: u64,
+    entries: usize,
+    zero: bool,
+}
+
+/// Whether two entries are one limit. A limit is an object (a limiter, or a key handle) that
+/// owns or names exactly one state, and no `Limit` type is zero-sized, so two entries share an
+/// address only if they are the same limit.
+fn same_limit(a: &dyn Limit, b: &dyn Limit) -> bool {
+    ptr::addr_eq(a, b)
+}
+
+/// The entries of the limit of `limits[i]`, if `i` is its first entry; `None` for a later
+/// entry of a limit listed before.
+fn listing(limits: &[(&dyn Limit, u64)], i: usize) -> Option<Listing> {
+    let limit = limits[i].0;
+    if limits[..i].iter().any(|&(l, _)| same_limit(l, limit)) {
+        return None;
+    }
+    let mut listing = Listing {
+        total: 0,
+        entries: 0,
+        zero: false,
+    };
+    for &(_, n) in limits[i..].iter().filter(|&&(l, _)| same_limit(l, limit)) {
+        listing.total = listing.total.saturating_add(n);
+        listing.entries += 1;
+        listing.zero |= n == 0;
+    }
+    Some(listing)
+}
+
+/// `Err` if a limit listed more than once has a zero cost, or costs that sum above its limit
+/// (then the request could never be admitted, and reserving would only deny it, every time).
+/// Judges without reserving, so nothing is charged. Limits listed once cost a comparison of
+/// addresses each.
+fn reject_repeated_overflow(
+    limits: &[(&dyn Limit, u64)],
+    pin: &OnceCell<Guard>,
+) -> Result<(), CostError> {
+    for (i, &(limit, _)) in limits.iter().enumerate() {
+        match listing(limits, i) {
+            Some(l) if l.entries > 1 && l.zero => return Err(CostError::Zero),
+            // The limit validates the sum like any cost: `ExceedsLimit { cost: total, .. }`.
+            Some(l) if l.entries > 1 => {
+                limit.judge_cost(l.total, false, pin)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The answer when `limits[denier]` denied the request with `first`, every reservation of the
+/// call released: each limit judged now without reserving — a limit listed more than once
+/// for the sum of its costs — for the least `remaining` and the longest `retry_after`.
+fn denial(
+    limits: &[(&dyn Limit, u64)],
+    denier: usize,
+    first: &Decision,
+    pin: &OnceCell<Guard>,
+) -> Result<MultiDecision, CostError> {
+    let mut remaining = u64::MAX;
+    let mut retry_after = 0;
+    for (i, &(limit, _)) in limits.iter().enumerate() {
+        let Some(listing) = listing(limits, i) else {
+            continue;
+        };
+        let d = if i == denier && listing.entries == 1 {
+            // No reservation of this call was on the denier's state when it was judged, so
+            // `first` is what judging it again would say (bar concurrent checks), and it
+            // denies for sure: a concurrent change cannot turn the answer into `retry_after`
+            // zero.
+            *first
+        } else {
+            // Judged before with this call's reservations counted (an entry before the
+            // denier, or a limit listed again), or not at all (after it).
+            limit.judge_cost(listing.total, false, pin)?.decision
+        };
+        remaining = remaining.min(d.remaining());
+        retry_after = retry_after.max(wait(&d));
+    }
+    Ok(MultiDecision {
+        denied_by: Some(denier),
+        remaining,
+        retry_after,
+    })
 }
 
 fn wait(d: &Decision) -> u64 {

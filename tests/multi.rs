@@ -7,11 +7,15 @@
 
 mod common;
 
+use std::hash::{Hash, Hasher};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::Model;
+use common::{MODES, Model};
 use proptest::prelude::*;
-use slidegate::clock::ManualClock;
+use slidegate::clock::{Clock, ManualClock, Nanos};
 use slidegate::{CostError, KeyedLimiter, Limit, Mode, Quota, SlidingWindow, check_all};
 
 fn quota(limit: u64, buckets: u64, g: u64) -> Quota {
@@ -100,10 +104,256 @@ fn cost_errors_charge_nothing() {
 #[test]
 fn one_limit_listed_twice_is_charged_the_sum() {
     let a = SlidingWindow::with_clock(quota(3, 1, 10), ManualClock::new());
-    assert!(!check_all(&[(&a, 2), (&a, 2)]).unwrap().is_allowed());
-    assert_eq!(a.admitted_total(), 0);
-    assert!(check_all(&[(&a, 2), (&a, 1)]).unwrap().is_allowed());
+    let d = check_all(&[(&a, 2), (&a, 1)]).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), 0);
     assert_eq!(a.admitted_total(), 3);
+}
+
+/// Regression: costs summing above the limit on one limit were a denial whose `retry_after`
+/// never admitted, so a caller waiting it out and retrying looped forever.
+#[test]
+fn a_limit_listed_twice_above_its_limit_is_a_cost_error_that_charges_nothing() {
+    for mode in MODES {
+        let clock = ManualClock::new();
+        let a = SlidingWindow::with_clock(quota(5, 1, 10).with_mode(mode), clock.clone());
+        let over = Err(CostError::ExceedsLimit { cost: 6, limit: 5 });
+        assert_eq!(check_all(&[(&a, 3), (&a, 3)]), over, "{mode:?}");
+        assert_eq!(a.peek().remaining(), 5, "{mode:?}");
+        // Checked before anything is reserved, whatever else the request lists.
+        let b = SlidingWindow::with_clock(quota(9, 1, 10).with_mode(mode), clock.clone());
+        assert_eq!(check_all(&[(&b, 1), (&a, 3), (&a, 3)]), over, "{mode:?}");
+        assert_eq!(b.peek().remaining(), 9, "{mode:?}");
+        let d = check_all(&[(&a, 2), (&a, 3)]).unwrap();
+        assert!(d.is_allowed(), "{mode:?}");
+        assert_eq!(d.remaining(), 0, "{mode:?}");
+        assert_eq!(a.peek().remaining(), 0, "{mode:?}");
+        // An error, not a denial, even while the limit is full: it never depends on timing.
+        assert_eq!(check_all(&[(&a, 3), (&a, 3)]), over, "{mode:?}");
+        assert_eq!(
+            check_all(&[(&a, 2), (&a, 0)]),
+            Err(CostError::Zero),
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn a_key_listed_twice_above_its_limit_is_a_cost_error() {
+    let users = KeyedLimiter::with_clock(quota(5, 1, 10), ManualClock::new());
+    let alice = users.key(&"alice");
+    assert_eq!(
+        check_all(&[(&alice, 3), (&alice, 3)]),
+        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
+    );
+    assert_eq!(users.peek(&"alice").remaining(), 5);
+    assert!(check_all(&[(&alice, 3), (&alice, 2)]).unwrap().is_allowed());
+    assert_eq!(users.admitted_total(&"alice"), 5);
+}
+
+/// A denial by one limit listed twice: judged for the sum, the answer is exact (and nothing
+/// of the call's own reservation is counted in `remaining`).
+#[test]
+fn a_denial_by_a_limit_listed_twice_reports_the_room_and_wait_for_the_sum() {
+    for mode in MODES {
+        let clock = ManualClock::new();
+        let a = SlidingWindow::with_clock(quota(5, 1, 10).with_mode(mode), clock.clone());
+        assert!(a.check_n(2).unwrap().is_allowed());
+        let d = check_all(&[(&a, 2), (&a, 2)]).unwrap();
+        assert_eq!(d.denied_by(), Some(1), "{mode:?}");
+        assert_eq!(d.remaining(), 3, "{mode:?}");
+        assert_eq!(a.peek().remaining(), 3, "{mode:?}");
+        let retry = d.retry_after().expect("denied");
+        clock.set(retry - Duration::from_nanos(1));
+        assert!(
+            !check_all(&[(&a, 2), (&a, 2)]).unwrap().is_allowed(),
+            "{mode:?}"
+        );
+        clock.set(retry);
+        assert!(
+            check_all(&[(&a, 2), (&a, 2)]).unwrap().is_allowed(),
+            "{mode:?} at {retry:?}"
+        );
+    }
+}
+
+/// Regression: the entries reserved before the denying one reported their `remaining` with
+/// this call's own reservation counted, though it was then released (`a` showed 0).
+#[test]
+fn remaining_of_a_denial_is_the_least_room_now_in_every_mode() {
+    for mode in MODES {
+        let clock = ManualClock::new();
+        let a = SlidingWindow::with_clock(quota(5, 1, 10).with_mode(mode), clock.clone());
+        let b = SlidingWindow::with_clock(quota(10, 1, 10).with_mode(mode), clock.clone());
+        assert!(b.check_n(8).unwrap().is_allowed());
+        let d = check_all(&[(&a, 5), (&b, 5)]).unwrap();
+        assert_eq!(d.denied_by(), Some(1), "{mode:?}");
+        assert_eq!(
+            (a.peek().remaining(), b.peek().remaining()),
+            (5, 2),
+            "{mode:?}"
+        );
+        assert_eq!(d.remaining(), 2, "{mode:?}");
+        // With `a` the tighter one, `a`'s own room: not what it had with the reservation.
+        assert!(a.check_n(2).unwrap().is_allowed());
+        let d = check_all(&[(&a, 1), (&b, 5)]).unwrap();
+        assert_eq!(d.denied_by(), Some(1), "{mode:?}");
+        assert_eq!(d.remaining(), 2, "{mode:?}");
+        let d = check_all(&[(&a, 1), (&b, 1), (&a, 1), (&b, 5)]).unwrap();
+        assert_eq!(d.denied_by(), Some(3), "{mode:?}");
+        assert_eq!(d.remaining(), 2, "{mode:?}");
+    }
+}
+
+/// A key whose `Hash` panics while [`BOMB_ARMED`] is set.
+#[derive(Clone, PartialEq, Eq)]
+struct Bomb;
+
+static BOMB_ARMED: AtomicBool = AtomicBool::new(false);
+
+impl Hash for Bomb {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        assert!(!BOMB_ARMED.load(Ordering::SeqCst), "Bomb::hash panicked");
+        0u8.hash(state);
+    }
+}
+
+/// Regression: a panic between reservations (here a later key's `Hash`) left the earlier
+/// reservations pending forever: `a` never regained the room, not even an hour later.
+#[test]
+fn a_panic_mid_call_releases_the_reservations_held() {
+    let clock = ManualClock::new();
+    let a = SlidingWindow::with_clock(quota(5, 10, 10), clock.clone());
+    let users = KeyedLimiter::with_clock(quota(5, 10, 10), clock.clone());
+    let alice = users.key(&"alice");
+    let bombs: KeyedLimiter<Bomb, ManualClock> =
+        KeyedLimiter::with_clock(quota(5, 10, 10), clock.clone());
+    let bomb = bombs.key(&Bomb);
+    BOMB_ARMED.store(true, Ordering::SeqCst);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        check_all(&[(&a, 3), (&alice, 2), (&bomb, 1)])
+    }));
+    BOMB_ARMED.store(false, Ordering::SeqCst);
+    assert!(result.is_err(), "the key's Hash panics");
+    // Released at once, not merely expired: nothing was admitted anywhere.
+    assert_eq!(a.peek().remaining(), 5);
+    assert_eq!(a.admitted_total(), 0);
+    assert_eq!(users.admitted_total(&"alice"), 0);
+    clock.advance(Duration::from_nanos(200));
+    assert_eq!(a.peek().remaining(), 5);
+    // No pending left on the key: idle, it is evicted.
+    assert_eq!(users.retain_recent(), 1);
+}
+
+/// A [`ManualClock`]'s time, read through two switches: every read first sets `sets`, then
+/// panics if `panics_if` is set. One limit's clock can so arm another's mid-call.
+#[derive(Clone)]
+struct WiredClock {
+    time: ManualClock,
+    sets: Arc<AtomicBool>,
+    panics_if: Arc<AtomicBool>,
+}
+
+impl WiredClock {
+    fn new(time: &ManualClock, sets: &Arc<AtomicBool>, panics_if: &Arc<AtomicBool>) -> Self {
+        WiredClock {
+            time: time.clone(),
+            sets: sets.clone(),
+            panics_if: panics_if.clone(),
+        }
+    }
+}
+
+impl Clock for WiredClock {
+    fn now(&self) -> Nanos {
+        self.sets.store(true, Ordering::SeqCst);
+        assert!(
+            !self.panics_if.load(Ordering::SeqCst),
+            "WiredClock panicked"
+        );
+        self.time.now()
+    }
+}
+
+/// An exact log stamps its commit with its clock: a clock that panics then (armed here by the
+/// next limit's clock, read after the log reserved) must not leave the request charged on the
+/// limits committed before it, nor the log's reservation pending.
+#[test]
+fn a_clock_panicking_at_commit_charges_nothing() {
+    let time = ManualClock::new();
+    let (armed, unused, never) = (Arc::default(), Arc::default(), Arc::default());
+    let first = SlidingWindow::with_clock(quota(5, 10, 10), time.clone());
+    let log = SlidingWindow::with_clock(
+        quota(5, 10, 10).with_mode(Mode::ExactLog),
+        WiredClock::new(&time, &unused, &armed),
+    );
+    let arming =
+        SlidingWindow::with_clock(quota(5, 10, 10), WiredClock::new(&time, &armed, &never));
+    armed.store(false, Ordering::SeqCst);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        check_all(&[(&first, 1), (&log, 1), (&arming, 1)])
+    }));
+    assert!(result.is_err(), "the log's clock panics once armed");
+    armed.store(false, Ordering::SeqCst);
+    // Nothing admitted anywhere, nothing pending: each has its whole limit.
+    assert_eq!((first.admitted_total(), first.peek().remaining()), (0, 5));
+    assert_eq!((log.admitted_total(), log.peek().remaining()), (0, 5));
+    assert_eq!((arming.admitted_total(), arming.peek().remaining()), (0, 5));
+}
+
+/// A GCRA reservation's release reads its clock. If that panics while another panic unwinds
+/// (armed here by the panicking clock of the next limit), the process must not abort, every
+/// other reservation is still released, and the GCRA reservation stays as an admission.
+#[test]
+fn a_clock_panicking_in_a_release_while_unwinding_does_not_abort() {
+    let time = ManualClock::new();
+    let (armed, unused, always) = (
+        Arc::default(),
+        Arc::default(),
+        Arc::new(AtomicBool::new(true)),
+    );
+    let gcra = SlidingWindow::with_clock(
+        quota(5, 10, 10).with_mode(Mode::Gcra),
+        WiredClock::new(&time, &unused, &armed),
+    );
+    let a = SlidingWindow::with_clock(quota(5, 10, 10), time.clone());
+    let arming =
+        SlidingWindow::with_clock(quota(5, 10, 10), WiredClock::new(&time, &armed, &always));
+    armed.store(false, Ordering::SeqCst);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        check_all(&[(&gcra, 1), (&a, 1), (&arming, 1)])
+    }));
+    assert!(result.is_err());
+    armed.store(false, Ordering::SeqCst);
+    assert_eq!(a.peek().remaining(), 5);
+    assert_eq!(a.admitted_total(), 0);
+    // The documented exception: charged as if admitted, then drained like an admission.
+    assert_eq!(gcra.peek().remaining(), 4);
+    time.advance(Duration::from_nanos(100));
+    assert_eq!(gcra.peek().remaining(), 5);
+}
+
+/// The same release panicking outside any unwinding (on a denial): the other reservations are
+/// released first, then the panic propagates.
+#[test]
+fn a_clock_panicking_in_a_release_on_a_denial_releases_the_rest_then_panics() {
+    let time = ManualClock::new();
+    let (armed, unused, never) = (Arc::default(), Arc::default(), Arc::default());
+    let gcra = SlidingWindow::with_clock(
+        quota(5, 10, 10).with_mode(Mode::Gcra),
+        WiredClock::new(&time, &unused, &armed),
+    );
+    let a = SlidingWindow::with_clock(quota(5, 10, 10), time.clone());
+    let full = SlidingWindow::with_clock(quota(1, 10, 10), WiredClock::new(&time, &armed, &never));
+    assert!(full.check().is_allowed());
+    armed.store(false, Ordering::SeqCst);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        check_all(&[(&gcra, 1), (&a, 1), (&full, 1)])
+    }));
+    assert!(result.is_err(), "the GCRA release's clock panics");
+    armed.store(false, Ordering::SeqCst);
+    assert_eq!(a.peek().remaining(), 5);
+    assert_eq!(a.admitted_total(), 0);
 }
 
 #[test]
