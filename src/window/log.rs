@@ -95,11 +95,12 @@
 //! A check that finds `h − 1` claimed but not written cannot stamp its own units (it does not
 //! know `h − 1`'s time). It backs off, spinning and then yielding the processor ([`WAITS`]
 //! times), and if the unit is still unwritten denies, reporting `remaining = 0`, a
-//! `retry_after` of 1 µs (the stores are moments away; the request may fit once they land)
-//! and `reset_after = W`. That happens only while another admission is between its CAS and
-//! its last slot store: `n` plain stores that follow the CAS at once, so only a writer
-//! descheduled there, or one storing more units than the back-off outlasts, makes others
-//! deny, and never for longer than it is stalled. With four spins and no yield, a thread
+//! `retry_after` of 1 µs or `W` if shorter (the stores are moments away; the request may fit
+//! once they land, and in a window every unit now inside has left) and `reset_after = W`.
+//! That happens only while another admission is between its CAS and its last slot store:
+//! `n` plain stores that follow the CAS at once, so only a writer descheduled there, or one
+//! storing more units than the back-off outlasts, makes others deny, and never for longer
+//! than it is stalled. With four spins and no yield, a thread
 //! checking 1 unit beside one admitting 4096 at a time (clock stopped, `L = 2²⁰`) was denied
 //! thousands of times with the window far from full in 2 of 6 runs, each time told to wait
 //! a whole window; with these waits, in none of 20. A commit, which must not deny, waits for
@@ -172,8 +173,9 @@ const WAITS: u32 = 64;
 #[cfg(slidegate_loom)]
 const WAITS: u32 = 4;
 
-/// The `retry_after` of a check that gave up waiting on a unit still being stored: that
-/// admission's last stores are moments away, after which the same request may fit at once.
+/// The `retry_after` of a check that gave up waiting on a unit still being stored (or the
+/// window, if shorter): that admission's last stores are moments away, after which the same
+/// request may fit at once.
 const RETRY_UNSTORED: u64 = 1_000;
 
 /// The lap tag of position `p` in a log of `2^shift` slots: `(p / cap) mod 4`. Since `cap`
@@ -408,7 +410,10 @@ impl Log {
                 if self.cum.load(Ordering::Acquire) != cum {
                     continue;
                 }
-                return Some(Decision::new(false, limit, 0, RETRY_UNSTORED, window));
+                // Within a window every unit now inside has left, the one in flight too (it
+                // was stamped no later than now), so the wait is at most `W`.
+                let retry = RETRY_UNSTORED.min(window);
+                return Some(Decision::new(false, limit, 0, retry, window));
             }
             let last_stamp = stamp_of(last);
             let t = now().min(MAX_TIME).max(time_of(last_stamp));
@@ -1112,7 +1117,7 @@ mod tests {
         for op in [Op::Charge, Op::Peek, Op::Reserve] {
             assert_eq!(
                 log.check(2, 10, || 0, 1, op),
-                Some(Decision::new(false, 2, 0, RETRY_UNSTORED, 10)),
+                Some(Decision::new(false, 2, 0, 10, 10)),
                 "{op:?}"
             );
         }
