@@ -240,7 +240,7 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
         // result is read where the call wrote it: moved out whole by `?`, it was copied with
         // 16-byte loads of what had just been stored 8 bytes at a time, a store-forwarding
         // stall (`perf annotate`; with the ticket below, `cargo bench --bench algorithms --
-        // check_all`: two limits 94.8–96.5 → 77.6–78.2 ns, alternating builds).
+        // check_all`: two limits 94.5–96.5 → 78.8–79.2 ns, alternating builds).
         let result = limit.judge_cost(n, true, &pin);
         let judged = match &result {
             Ok(judged) => judged,
