@@ -302,3 +302,16 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_refund_frees_all_a_weighted_window_holds_beyond_one_raise() {
+    // A Weighted window of N = 2 holds up to about 2L; one refund frees all of it, though a
+    // single raise of the ring is at most 2³¹ − 1 (a cap on the whole refund freed only that).
+    let l = MAX_LIMIT;
+    let (w, clock) = limiter(quota(l, 2_000_000_000, 1_000_000_000, Mode::Weighted));
+    assert!(w.check_n(l).unwrap().is_allowed());
+    clock.set(Duration::from_nanos(3_000_000_000 - 1));
+    assert!(w.check_n(l - 3).unwrap().is_allowed());
+    assert_eq!(w.refund(u64::MAX), 2 * l - 3);
+    assert_eq!(w.peek().remaining(), l);
+}

@@ -723,13 +723,16 @@ impl Ring<'_> {
     ) -> Option<u64> {
         let backoff = Backoff::new();
         // At most 2³¹ − 1 per raise, so a stale reader always sees a raised snapshot as later
-        // than its count (`Reading::tail`); no window holds more than a limit can admit.
-        let mut left = n.min(MAX_RAISE);
+        // than its count (`Reading::tail`); a Weighted window can hold up to about twice a
+        // limit, so a refund may take more than one raise (capping `n` itself freed at most
+        // 2³¹ − 1 of a window holding 2³² − 5).
+        let mut left = n;
         let mut freed = 0;
         while left > 0 {
             let ((front, from, counted), _) = self.read(granularity, &now, true, |r| {
                 // Count only: pending reservations are not refundable.
-                let counted = r.tail(skip) - pending_of(r.cum);
+                // Saturating: a torn reading may show less than pending; `read` retries it.
+                let counted = r.tail(skip).saturating_sub(pending_of(r.cum));
                 // The snapshot of the oldest bucket refunded from: `tail(skip)` is the count
                 // less that snapshot (for `skip = 0`, the slot `read` already loaded).
                 let from = if skip == 0 {
@@ -739,7 +742,7 @@ impl Ring<'_> {
                 };
                 (r.front, from, counted)
             })?;
-            let raise = left.min(counted);
+            let raise = left.min(counted).min(MAX_RAISE);
             if raise == 0 {
                 break;
             }
