@@ -711,23 +711,23 @@ mod tests {
         assert_eq!(store.len(), 1);
     }
 
-    /// Hashes key `k` to `k << 60 | 7`: every key has the same home slot and low bits, and
-    /// keys 16 apart share a fragment too.
+    /// Hashes key `k` to `k mod H | k << 60`: `H` home slots at most, low bits shared within
+    /// each, and fragments `k mod 16`, so keys 16 apart share a fragment too.
     #[derive(Clone, Default)]
-    struct TopBitsHash;
+    struct Homes<const H: u64>;
 
-    impl BuildHasher for TopBitsHash {
-        type Hasher = TopBitsHasher;
-        fn build_hasher(&self) -> TopBitsHasher {
-            TopBitsHasher(0)
+    impl<const H: u64> BuildHasher for Homes<H> {
+        type Hasher = HomesHasher<H>;
+        fn build_hasher(&self) -> HomesHasher<H> {
+            HomesHasher(0)
         }
     }
 
-    struct TopBitsHasher(u64);
+    struct HomesHasher<const H: u64>(u64);
 
-    impl Hasher for TopBitsHasher {
+    impl<const H: u64> Hasher for HomesHasher<H> {
         fn finish(&self) -> u64 {
-            self.0 << 60 | 7
+            (self.0 % H) | (self.0 << 60)
         }
         fn write(&mut self, _: &[u8]) {
             unreachable!("u32 keys hash through write_u32")
@@ -739,7 +739,7 @@ mod tests {
 
     #[test]
     fn probes_find_keys_past_entries_of_other_fragments() {
-        let store = Store::new(TopBitsHash, usize::MAX);
+        let store = Store::new(Homes::<1>, usize::MAX);
         // One probe sequence of 40 keys whose fragments differ (0..16) and repeat (k, k + 16).
         for key in 0..40 {
             touch(&store, key, 0);
@@ -976,35 +976,10 @@ mod tests {
     fn random_inserts_evictions_and_resizes_keep_the_table_invariants() {
         for seed in 1..20u64 {
             // Three home slots, fragments that differ: long shared probe sequences.
-            random_steps(&Store::new(FewHomes, usize::MAX), seed, 40);
-            random_steps(&Store::new(FewHomes, 7), seed, 40);
+            random_steps(&Store::new(Homes::<3>, usize::MAX), seed, 40);
+            random_steps(&Store::new(Homes::<3>, 7), seed, 40);
             random_steps(&Store::new(OneHash, 5), seed, 12);
             random_steps(&Store::new(ahash::RandomState::new(), 30), seed, 200);
-        }
-    }
-
-    /// Hashes key `k` to `k mod 3 | k << 60`: three homes, fragments `k mod 16`.
-    #[derive(Clone, Default)]
-    struct FewHomes;
-
-    impl BuildHasher for FewHomes {
-        type Hasher = FewHomesHasher;
-        fn build_hasher(&self) -> FewHomesHasher {
-            FewHomesHasher(0)
-        }
-    }
-
-    struct FewHomesHasher(u64);
-
-    impl Hasher for FewHomesHasher {
-        fn finish(&self) -> u64 {
-            (self.0 % 3) | (self.0 << 60)
-        }
-        fn write(&mut self, _: &[u8]) {
-            unreachable!("u32 keys hash through write_u32")
-        }
-        fn write_u32(&mut self, k: u32) {
-            self.0 = u64::from(k);
         }
     }
 }
