@@ -313,7 +313,6 @@ impl Drop for Reservations<'_> {
                 panicked.get_or_insert(payload);
             }
         }
-        self.settled = self.entries.len();
         if let Some(payload) = panicked {
             if !std::thread::panicking() {
                 panic::resume_unwind(payload);
