@@ -4,6 +4,11 @@ use core::time::Duration;
 
 use thiserror::Error;
 
+/// The `retry_after` (ns) of a denial no wait can end: an algorithm whose clock reached the
+/// end of the range it tells apart, where time stops (the exact log, GCRA). `wait` and
+/// `until_ready` return such a denial instead of sleeping for it.
+pub(crate) const NEVER: u64 = u64::MAX;
+
 /// The answer to one check: allowed or not, and what the caller can do next.
 ///
 /// ```

@@ -10,7 +10,7 @@ use core::cell::Cell;
 use core::time::Duration;
 
 use crate::clock::Clock;
-use crate::decision::{CostError, Decision};
+use crate::decision::{CostError, Decision, NEVER};
 
 /// Runs `check` until it admits, sleeping through the clock's [`Clock::sleep`] after each
 /// denial; a cost error ends the wait at once, and so does, returning it, a denial that says
@@ -48,7 +48,7 @@ pub(crate) async fn ready<C: Clock + ?Sized>(
 
 /// Whether a denial says the cost will never fit (see [`block`]).
 fn never(denied: &Decision) -> bool {
-    denied.retry_after() == Some(Duration::from_nanos(u64::MAX))
+    denied.retry_after() == Some(Duration::from_nanos(NEVER))
 }
 
 /// What to wait before checking again after `denied`: its `retry_after` (at least 1 ns) plus

@@ -92,7 +92,7 @@
 //!
 //! The loom models in `loom-tests/` (gcra_*.rs) check these claims on small cases.
 
-use crate::decision::Decision;
+use crate::decision::{Decision, NEVER};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::{self, Op, RETIRED};
 
@@ -169,7 +169,7 @@ impl GcraRule {
         let remaining = units(top.saturating_sub(base));
         // Past `MAX_TIME` the cost never fits: time stops there.
         let retry = if new > u128::from(MAX_TIME) {
-            u64::MAX
+            NEVER
         } else {
             wait(new - tau)
         };

@@ -143,7 +143,7 @@
 //! The loom models in `loom-tests/tests/log_*.rs` check these claims on every interleaving
 //! of small cases, through the public limiters.
 
-use crate::decision::Decision;
+use crate::decision::{Decision, NEVER};
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::ring::{COUNT, HIGH, PENDING_SHIFT, add_count, pending_of, update_reserved};
 use crate::window::{self, Op, RETIRED};
@@ -210,7 +210,7 @@ fn leaves_after(stamp: u64, t: u64, window: u64) -> u64 {
     if !inside(stamp, t, window) {
         0
     } else if inside(stamp, MAX_TIME, window) {
-        u64::MAX
+        NEVER
     } else {
         stamp.saturating_add(window) - (t + 1)
     }
