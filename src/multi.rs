@@ -21,7 +21,9 @@
 //! `Eq`, a `Clock`) cannot leave pending cost that nothing would ever release: the limit would
 //! never regain the room, and a key with pending can never be evicted as idle. Before any of
 //! this, a limit listed more than once is judged for the sum of its costs without reserving:
-//! a sum above its limit is a `CostError`, not a denial to be retried forever.
+//! a sum above its limit is a `CostError`, not a denial to be retried forever. (Separate
+//! handles of one key are recognised as one limit only if the call is denied, when the
+//! denial is judged; a call they fit in is charged the same either way.)
 //!
 //! A reservation holds its room against every other check (plain or multi) until it is
 //! committed or released, so a concurrent check may be denied for room that a multi-check
@@ -48,6 +50,7 @@ use crate::window::Op;
 use crate::window::state::State;
 
 pub(crate) mod sealed {
+    use core::any::Any;
     use core::cell::OnceCell;
 
     use super::{Clock, CostError, Decision, Guard, State};
@@ -83,6 +86,23 @@ pub(crate) mod sealed {
             reserve: bool,
             pin: &'g OnceCell<Guard>,
         ) -> Result<Judged<'g>, CostError>;
+
+        /// For one key of a keyed limiter, the limiter's address; `None` for a limit that is
+        /// an object of its own (a direct limiter), which is one limit only with itself.
+        fn keyed_by(&self) -> Option<usize> {
+            None
+        }
+
+        /// For one key of a keyed limiter, the key.
+        fn key(&self) -> Option<&dyn Any> {
+            None
+        }
+
+        /// Whether this limit is key `key` (asked only of a key handle, about a key of the
+        /// same limiter, so of the same type).
+        fn is_key(&self, _key: &dyn Any) -> bool {
+            false
+        }
     }
 }
 
@@ -179,14 +199,13 @@ impl MultiDecision {
 /// is charged either. Lock-free, like a single check; see the module documentation of the
 /// source for the protocol.
 ///
-/// **A limit listed more than once** (one [`SlidingWindow`](crate::SlidingWindow), or one
-/// [`KeyLimit`](crate::KeyLimit) value, in several entries) is charged the sum of its entries'
-/// costs. A sum above its limit could never be admitted, so it is
-/// [`CostError::ExceedsLimit`] with that sum as the `cost`, returned before anything is
-/// charged, rather than a denial whose `retry_after` a caller would wait for forever. Entries
-/// are the same limit when they are the same object: two `KeyLimit`s made by separate
-/// [`KeyedLimiter::key`](crate::KeyedLimiter::key) calls for one key are not recognised as
-/// one, so make one handle per key and list it in each place it applies.
+/// **A limit listed more than once** (one [`SlidingWindow`](crate::SlidingWindow) in several
+/// entries, or one key of a [`KeyedLimiter`](crate::KeyedLimiter) through one or several
+/// [`KeyLimit`](crate::KeyLimit) handles) is charged the sum of its entries' costs. A sum
+/// above its limit could never be admitted, so it is [`CostError::ExceedsLimit`] with that sum
+/// as the `cost`, returned before anything is charged, rather than a denial whose
+/// `retry_after` a caller would wait for forever. Two handles are one limit when they name
+/// equal keys (by the key's `Eq`) of the same `KeyedLimiter`.
 ///
 /// **Panics.** The limits call code of the caller's: a key's `Hash` and `Eq`, each limiter's
 /// [`Clock`]. If any of it panics, the reservations held so far are released as the panic
@@ -222,6 +241,10 @@ impl MultiDecision {
 /// // One limit listed twice is charged the sum, and a sum above its limit is an error.
 /// assert!(check_all(&[(&hourly, 500), (&hourly, 497)])?.is_allowed());
 /// assert!(check_all(&[(&hourly, 600), (&hourly, 401)]).is_err());
+/// // So is one key named by two handles: dave may make 2 a second, not 3.
+/// let (d1, d2) = (users.key(&"dave"), users.key(&"dave"));
+/// assert!(check_all(&[(&d1 as &dyn Limit, 2), (&d2, 1)]).is_err());
+/// assert!(check_all(&[(&d1 as &dyn Limit, 1), (&d2, 1)])?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostError> {
@@ -329,11 +352,18 @@ struct Listing {
     zero: bool,
 }
 
-/// Whether two entries are one limit. A limit is an object (a limiter, or a key handle) that
-/// owns or names exactly one state, and no `Limit` type is zero-sized, so two entries share an
-/// address only if they are the same limit.
+/// Whether two entries are one limit: the same object (a limiter, or a key handle; no `Limit`
+/// type is zero-sized, so two entries share an address only if they are the same limit), or
+/// handles naming equal keys of one keyed limiter.
 fn same_limit(a: &dyn Limit, b: &dyn Limit) -> bool {
-    ptr::addr_eq(a, b)
+    if ptr::addr_eq(a, b) {
+        return true;
+    }
+    // A direct limit answers `None` at once: one call per pair, the common case.
+    let Some(limiter) = a.keyed_by() else {
+        return false;
+    };
+    b.keyed_by() == Some(limiter) && b.key().is_some_and(|key| a.is_key(key))
 }
 
 /// The entries of the limit of `limits[i]`, if `i` is its first entry; `None` for a later
@@ -358,12 +388,21 @@ fn listing(limits: &[(&dyn Limit, u64)], i: usize) -> Option<Listing> {
 
 /// `Err` if a limit listed more than once has a zero cost, or costs that sum above its limit
 /// (then the request could never be admitted, and reserving would only deny it, every time).
-/// Judges without reserving, so nothing is charged. Limits listed once cost a comparison of
-/// addresses each.
+/// Judges without reserving, so nothing is charged. A call listing no object twice costs a
+/// comparison of addresses per pair of entries.
 fn reject_repeated_overflow(
     limits: &[(&dyn Limit, u64)],
     pin: &OnceCell<Guard>,
 ) -> Result<(), CostError> {
+    // The common call lists no object twice: each pair's addresses compared once, and
+    // nothing else. Two handles of one key are found by `denial` instead, the one place a
+    // sum above the limit can lead (a call that fits is charged the same either way), so
+    // that the common call makes no dynamic call to compare keys.
+    let repeated = (0..limits.len())
+        .any(|i| (i + 1..limits.len()).any(|j| ptr::addr_eq(limits[i].0, limits[j].0)));
+    if !repeated {
+        return Ok(());
+    }
     for (i, &(limit, _)) in limits.iter().enumerate() {
         match listing(limits, i) {
             Some(l) if l.entries > 1 && l.zero => return Err(CostError::Zero),
@@ -379,7 +418,10 @@ fn reject_repeated_overflow(
 
 /// The answer when `limits[denier]` denied the request with `first`, every reservation of the
 /// call released: each limit judged now without reserving — a limit listed more than once
-/// for the sum of its costs — for the least `remaining` and the longest `retry_after`.
+/// for the sum of its costs — for the least `remaining` and the longest `retry_after`. A sum
+/// above its limit is that limit's `CostError::ExceedsLimit`: for one object listed twice
+/// [`reject_repeated_overflow`] found it before, but separate handles of one key are first
+/// recognised here (a call that fits is charged the same whether they are or not).
 fn denial(
     limits: &[(&dyn Limit, u64)],
     denier: usize,

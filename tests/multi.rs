@@ -151,6 +151,54 @@ fn a_key_listed_twice_above_its_limit_is_a_cost_error() {
     assert_eq!(users.admitted_total(&"alice"), 5);
 }
 
+/// Two handles made separately for equal keys of one limiter are one limit; handles for other
+/// keys, or for the same key of another limiter, are not.
+#[test]
+fn separate_handles_for_one_key_are_one_limit() {
+    let clock = ManualClock::new();
+    let users = KeyedLimiter::with_clock(quota(5, 1, 10), clock.clone());
+    let others = KeyedLimiter::with_clock(quota(5, 1, 10), clock.clone());
+    // Equal keys in distinct allocations, so that only `Eq` can tell they are one key.
+    let (k1, k2, bob) = ("alice".to_string(), "alice".to_string(), "bob".to_string());
+    let (a1, a2) = (users.key(&k1), users.key(&k2));
+    assert_eq!(
+        check_all(&[(&a1, 3), (&a2, 3)]),
+        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
+    );
+    assert_eq!(users.peek(&k1).remaining(), 5);
+    // Within the limit both are charged, to the one key.
+    assert!(check_all(&[(&a1, 3), (&a2, 2)]).unwrap().is_allowed());
+    assert_eq!(users.admitted_total(&k1), 5);
+    // A denial judges the sum: 2 + 2 fit once alice's 5 have left, and not a nanosecond
+    // before.
+    let d = check_all(&[(&a1, 2), (&a2, 2)]).unwrap();
+    assert_eq!((d.denied_by(), d.remaining()), (Some(0), 0));
+    let retry = d.retry_after().expect("denied");
+    clock.set(retry - Duration::from_nanos(1));
+    assert!(!check_all(&[(&a1, 2), (&a2, 2)]).unwrap().is_allowed());
+    clock.set(retry);
+    assert!(check_all(&[(&a1, 2), (&a2, 2)]).unwrap().is_allowed());
+    assert_eq!(users.admitted_total(&k1), 9);
+    // Another key of the limiter, or the same key of another limiter, is another limit: 3 + 3
+    // on two of them is no error.
+    let (carol, dave) = ("carol".to_string(), "dave".to_string());
+    assert!(
+        check_all(&[(&users.key(&bob), 3), (&users.key(&carol), 3)])
+            .unwrap()
+            .is_allowed()
+    );
+    assert!(
+        check_all(&[(&users.key(&dave), 3), (&others.key(&dave), 3)])
+            .unwrap()
+            .is_allowed()
+    );
+    assert_eq!(
+        [&bob, &carol, &dave].map(|k| users.admitted_total(k)),
+        [3, 3, 3]
+    );
+    assert_eq!(others.admitted_total(&dave), 3);
+}
+
 /// A denial by one limit listed twice: judged for the sum, the answer is exact (and nothing
 /// of the call's own reservation is counted in `remaining`).
 #[test]

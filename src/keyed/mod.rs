@@ -8,6 +8,7 @@
 
 pub(crate) mod store;
 
+use core::any::Any;
 use core::cell::OnceCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
@@ -768,6 +769,19 @@ where
             clock,
         });
         Ok(sealed::Judged { decision, reserved })
+    }
+
+    fn keyed_by(&self) -> Option<usize> {
+        let limiter: *const KeyedLimiter<K, C, S> = self.limiter;
+        Some(limiter as usize)
+    }
+
+    fn key(&self) -> Option<&dyn Any> {
+        Some(self.key)
+    }
+
+    fn is_key(&self, key: &dyn Any) -> bool {
+        key.downcast_ref::<K>() == Some(self.key)
     }
 }
 
