@@ -380,11 +380,12 @@ impl<C: Clock> sealed::Reserve for SlidingWindow<C> {
     fn judge_cost<'g>(
         &'g self,
         n: u64,
-        reserve: bool,
+        act: sealed::Act,
         _pin: &'g OnceCell<Guard>,
     ) -> Result<sealed::Judged<'g>, CostError> {
         self.rule.validate(n)?;
-        match multi::judge_on(self.state(), &self.rule, &self.clock, n, reserve) {
+        // A direct limiter's state always exists: `Reserve` and `Make` are one.
+        match multi::judge_on(self.state(), &self.rule, &self.clock, n, act) {
             Some(judged) => Ok(judged),
             None => unreachable!("a direct limiter's state is never retired"),
         }

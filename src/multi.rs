@@ -9,7 +9,10 @@
 //! (`window/ring.rs`, "The `cum` word and reservations"):
 //! 1. **Reserve**, in the order given: judge the request on the limit, counting every pending
 //!    reservation as admitted, and if it is allowed add the cost to the limit's *pending*
-//!    field by compare-and-swap from the value judged (re-judging on a lost CAS).
+//!    field by compare-and-swap from the value judged (re-judging on a lost CAS). A key not
+//!    in its store (or whose quota changed shape) is passed over and reserved after all the
+//!    others, when its entry is made: making one at `max_keys` forces another key out, and a
+//!    denied call must leave no trace, in the store either.
 //! 2. If a limit denies: **release** the reservations made so far (`pending −= n`; the
 //!    admitted count, and hence every snapshot, is untouched) and report the denial, every
 //!    limit judged again without reserving: judged before the release, an entry would count
@@ -62,6 +65,22 @@ pub(crate) mod sealed {
         pub(crate) reserved: Option<Reserved<'g>>,
     }
 
+    impl Judged<'_> {
+        /// The answer of an [`Act::Reserve`] that needs its state made first: allowed with
+        /// nothing reserved, which no judgement answers (an allowed reservation is held).
+        pub(crate) fn deferred() -> Self {
+            Judged {
+                decision: Decision::new(true, 0, 0, 0, 0),
+                reserved: None,
+            }
+        }
+
+        /// Whether this is [`Judged::deferred`].
+        pub(crate) fn is_deferred(&self) -> bool {
+            self.reserved.is_none() && self.decision.is_allowed()
+        }
+    }
+
     /// A reservation held by [`check_all`](super::check_all).
     #[derive(Clone, Copy)]
     pub struct Reserved<'g> {
@@ -74,16 +93,29 @@ pub(crate) mod sealed {
         pub(crate) clock: &'g dyn Clock,
     }
 
+    /// What [`Reserve::judge_cost`] does with the cost it judges.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Act {
+        /// Nothing: a judgement only, which writes nothing.
+        Judge,
+        /// Reserve it if allowed, on a state that exists already. A limit that would first
+        /// have to make its state (a key not in its limiter's store, or whose quota changed
+        /// shape), which may evict another key, answers [`Judged::deferred`] instead, having
+        /// written nothing.
+        Reserve,
+        /// Reserve it if allowed, making the limit's state if need be.
+        Make,
+    }
+
     /// The protocol side of [`Limit`](super::Limit), not part of the public API.
     pub trait Reserve {
-        /// Judges cost `n` now. With `reserve`, an allowed cost is reserved on the returned
-        /// ring, which stays alive while the epoch guard in `pin` lives (a keyed limit pins it
-        /// on first use, so checks over direct limiters alone never pin); without `reserve`,
-        /// nothing is written.
+        /// Judges cost `n` now and does `act` (see [`Act`]). A reserved cost is held on the
+        /// returned state, which stays alive while the epoch guard in `pin` lives (a keyed
+        /// limit pins it on first use, so checks over direct limiters alone never pin).
         fn judge_cost<'g>(
             &'g self,
             n: u64,
-            reserve: bool,
+            act: Act,
             pin: &'g OnceCell<Guard>,
         ) -> Result<Judged<'g>, CostError>;
 
@@ -106,7 +138,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Judged, Reserved};
+use sealed::{Act, Judged, Reserved};
 
 /// One limit a request can be checked against with [`check_all`]: a
 /// [`SlidingWindow`](crate::SlidingWindow), or one key of a
@@ -192,7 +224,9 @@ impl MultiDecision {
 /// Checks one request against several limits and charges all of them or none.
 ///
 /// Each entry is a limit and the cost to charge it (costs may differ per limit). The limits
-/// are judged and reserved in the order given; if one denies, the reservations made so far
+/// are judged and reserved in the order given (but for keys new to their stores, reserved
+/// last, when they are made, so that a denied call adds no key and, at `max_keys`, evicts
+/// none); if one denies, the reservations made so far
 /// are released — nothing is charged, and no trace is left once this returns — and every
 /// limit is judged again without reserving, for the [`MultiDecision`]'s `remaining` and
 /// `retry_after`. A cost of zero or above a limit's limit is a [`CostError`], and then nothing
@@ -258,25 +292,41 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
         settled: 0,
     };
     let mut remaining = u64::MAX;
+    // Keys to be made in their stores (absent, evicted, or of another shape), reserved once
+    // every other limit has: making one at `max_keys` evicts another key, which a denied
+    // call must not do. `Vec::new` allocates nothing until a key is deferred.
+    let mut deferred = Vec::new();
     for (i, &(limit, n)) in limits.iter().enumerate() {
         // On an error (or a panic) `held` is dropped, which releases what it holds. The
         // result is read where the call wrote it: moved out whole by `?`, it was copied with
         // 16-byte loads of what had just been stored 8 bytes at a time, a store-forwarding
         // stall (`perf annotate`; with the ticket below, `cargo bench --bench algorithms --
         // check_all`: two limits 94.5–96.5 → 78.8–79.2 ns, alternating builds).
-        let result = limit.judge_cost(n, true, &pin);
+        let result = limit.judge_cost(n, Act::Reserve, &pin);
         let judged = match &result {
             Ok(judged) => judged,
             Err(e) => return Err(*e),
         };
-        let Some(reserved) = judged.reserved else {
+        if !held.hold(judged, n, &mut remaining) {
+            if judged.is_deferred() {
+                deferred.push(i);
+                continue;
+            }
             // Give back what was reserved before judging anything again: the answer is about
             // the limits as they are without this request.
             drop(held);
             return denial(limits, i, &judged.decision, &pin);
-        };
-        remaining = remaining.min(judged.decision.remaining());
-        held.entries.push((reserved, n));
+        }
+    }
+    if !deferred.is_empty() {
+        if let Some((i, decision)) =
+            make_deferred(limits, &deferred, &mut held, &mut remaining, &pin)?
+        {
+            // A state just made admits any valid cost: this is a concurrent check that made
+            // the key first and took its room, or the call's own other entries of the key.
+            drop(held);
+            return denial(limits, i, &decision, &pin);
+        }
     }
     held.commit();
     Ok(MultiDecision {
@@ -284,6 +334,28 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
         remaining,
         retry_after: 0,
     })
+}
+
+/// Reserves the limits `deferred` (indices into `limits`) making their states, into `held`:
+/// the second pass of [`check_all`]. `Some` with the index and decision of one that denied,
+/// leaving the caller to release `held`. Out of line: it runs only on a key's first check.
+#[cold]
+#[inline(never)]
+fn make_deferred<'g>(
+    limits: &[(&'g dyn Limit, u64)],
+    deferred: &[usize],
+    held: &mut Reservations<'g>,
+    remaining: &mut u64,
+    pin: &'g OnceCell<Guard>,
+) -> Result<Option<(usize, Decision)>, CostError> {
+    for &i in deferred {
+        let (limit, n) = limits[i];
+        let judged = limit.judge_cost(n, Act::Make, pin)?;
+        if !held.hold(&judged, n, remaining) {
+            return Ok(Some((i, judged.decision)));
+        }
+    }
+    Ok(None)
 }
 
 /// The reservations a [`check_all`] holds: those not yet settled (committed or released) are
@@ -296,9 +368,21 @@ struct Reservations<'g> {
     settled: usize,
 }
 
-impl Reservations<'_> {
+impl<'g> Reservations<'g> {
+    /// Holds the reservation of `n` that `judged` made, lowering `remaining` to its
+    /// decision's; `false` if it made none (it denied).
+    #[inline(always)]
+    fn hold(&mut self, judged: &Judged<'g>, n: u64, remaining: &mut u64) -> bool {
+        let Some(reserved) = judged.reserved else {
+            return false;
+        };
+        *remaining = (*remaining).min(judged.decision.remaining());
+        self.entries.push((reserved, n));
+        true
+    }
+
     /// Turns every reservation into an admission.
-    fn commit(mut self) {
+    fn commit(&mut self) {
         // An exact log stamps a commit with its clock. Read those clocks before the first
         // commit, so that a clock that panics leaves every reservation held for `drop` to
         // release (the request charged nowhere), and the commits themselves run no code of
@@ -408,7 +492,7 @@ fn reject_repeated_overflow(
             Some(l) if l.entries > 1 && l.zero => return Err(CostError::Zero),
             // The limit validates the sum like any cost: `ExceedsLimit { cost: total, .. }`.
             Some(l) if l.entries > 1 => {
-                limit.judge_cost(l.total, false, pin)?;
+                limit.judge_cost(l.total, Act::Judge, pin)?;
             }
             _ => {}
         }
@@ -443,7 +527,7 @@ fn denial(
         } else {
             // Judged before with this call's reservations counted (an entry before the
             // denier, or a limit listed again), or not at all (after it).
-            limit.judge_cost(listing.total, false, pin)?.decision
+            limit.judge_cost(listing.total, Act::Judge, pin)?.decision
         };
         remaining = remaining.min(d.remaining());
         retry_after = retry_after.max(wait(&d));
@@ -467,8 +551,9 @@ pub(crate) fn judge_on<'r>(
     rule: &Rule,
     clock: &'r dyn Clock,
     n: u64,
-    reserve: bool,
+    act: Act,
 ) -> Option<Judged<'r>> {
+    let reserve = act != Act::Judge;
     let op = if reserve { Op::Reserve } else { Op::Peek };
     let (decision, ticket) = state.check(rule, || clock.now().0, n, op)?;
     let reserved = (reserve && decision.is_allowed()).then_some(Reserved {

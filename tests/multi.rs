@@ -277,6 +277,8 @@ fn a_panic_mid_call_releases_the_reservations_held() {
     let bombs: KeyedLimiter<Bomb, ManualClock> =
         KeyedLimiter::with_clock(quota(5, 10, 10), clock.clone());
     let bomb = bombs.key(&Bomb);
+    // alice exists, so her reservation is made in the first pass, before the bomb's key.
+    assert!(users.check(&"alice").is_allowed());
     BOMB_ARMED.store(true, Ordering::SeqCst);
     let result = catch_unwind(AssertUnwindSafe(|| {
         check_all(&[(&a, 3), (&alice, 2), (&bomb, 1)])
@@ -286,7 +288,8 @@ fn a_panic_mid_call_releases_the_reservations_held() {
     // Released at once, not merely expired: nothing was admitted anywhere.
     assert_eq!(a.peek().remaining(), 5);
     assert_eq!(a.admitted_total(), 0);
-    assert_eq!(users.admitted_total(&"alice"), 0);
+    assert_eq!(users.admitted_total(&"alice"), 1);
+    assert_eq!(users.peek(&"alice").remaining(), 4);
     clock.advance(Duration::from_nanos(200));
     assert_eq!(a.peek().remaining(), 5);
     // No pending left on the key: idle, it is evicted.
@@ -568,4 +571,30 @@ fn many_limits_are_all_or_nothing() {
         let expect = if i == 11 { 0 } else { 4 };
         assert_eq!(l.peek().remaining(), expect, "limit {i}");
     }
+}
+
+/// Regression: a reservation on an absent key made its entry at once, so a call denied by a
+/// later limit left the key in the store and, at `max_keys`, had forced another key out,
+/// forgetting its admissions (it was then admitted above its limit). Keys are now made only
+/// once every other limit has admitted.
+#[test]
+fn a_denied_call_makes_no_key_and_evicts_none() {
+    let clock = ManualClock::new();
+    let keyed = KeyedLimiter::<&str, _>::builder(quota(2, 1, 1000))
+        .clock(clock.clone())
+        .max_keys(1)
+        .build();
+    let global = SlidingWindow::with_clock(quota(1, 1, 1000), clock.clone());
+    assert!(keyed.check_n(&"a", 2).unwrap().is_allowed());
+    assert!(global.check().is_allowed());
+    let b = keyed.key(&"b");
+    let d = check_all(&[(&b, 1), (&global, 1)]).unwrap();
+    assert_eq!(d.denied_by(), Some(1));
+    assert_eq!((keyed.len(), keyed.forced_evictions()), (1, 0));
+    assert!(!keyed.check(&"a").is_allowed(), "a was forgotten");
+    // Admitted, the call makes the key (forcing `a` out at the bound) and charges it.
+    clock.set(Duration::from_nanos(2000));
+    assert!(check_all(&[(&b, 1), (&global, 1)]).unwrap().is_allowed());
+    assert_eq!((keyed.len(), keyed.admitted_total(&"b")), (1, 1));
+    assert_eq!(global.peek().remaining(), 0);
 }

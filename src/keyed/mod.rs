@@ -597,18 +597,47 @@ where
         guard: &'g Guard,
     ) -> Result<(Decision, Option<Taken<'g>>), CostError> {
         let hash = self.store.hash(key);
-        let now = || self.clock.now().0;
         let mut lookup = true;
         loop {
             let (entry, rule) = self.entry_for(key, hash, n, lookup, guard)?;
-            match entry.state().check(rule, now, n, Op::Reserve) {
-                Some((decision, ticket)) => {
-                    let taken = decision.is_allowed().then_some((entry.state(), ticket));
-                    return Ok((decision, taken));
-                }
+            match self.reserve_on(entry, rule, n) {
+                Some(reserved) => return Ok(reserved),
                 None => lookup = false,
             }
         }
+    }
+
+    /// [`KeyedLimiter::reserve`] on an entry that exists: `None` if `key` has no live entry of
+    /// its quota's shape (absent, evicted, or its quota changed shape), which is left as it
+    /// is. Making one may evict another key (at `max_keys`), which `check_all` does only
+    /// once every other limit has admitted.
+    fn reserve_existing<'g>(
+        &'g self,
+        key: &K,
+        n: u64,
+        guard: &'g Guard,
+    ) -> Result<Option<(Decision, Option<Taken<'g>>)>, CostError> {
+        let rule = self.rule_for(key, guard);
+        rule.validate(n)?;
+        let hash = self.store.hash(key);
+        let found = self.store.get(key, hash, guard);
+        Ok(found
+            .filter(|entry| entry.fits(Shape::of(rule)))
+            .and_then(|entry| self.reserve_on(entry, rule, n)))
+    }
+
+    /// Judges `n` on `entry` under `rule` (which it fits) and reserves it if allowed; `None`
+    /// if the entry is retired.
+    fn reserve_on<'g>(
+        &'g self,
+        entry: &'g Entry<K>,
+        rule: &Rule,
+        n: u64,
+    ) -> Option<(Decision, Option<Taken<'g>>)> {
+        let now = || self.clock.now().0;
+        let (decision, ticket) = entry.state().check(rule, now, n, Op::Reserve)?;
+        let taken = decision.is_allowed().then_some((entry.state(), ticket));
+        Some((decision, taken))
     }
 
     /// `key`'s live entry and the rule it fits, with `n` validated against that rule: the
@@ -748,22 +777,22 @@ where
     fn judge_cost<'g>(
         &'g self,
         n: u64,
-        reserve: bool,
+        act: sealed::Act,
         pin: &'g OnceCell<Guard>,
     ) -> Result<sealed::Judged<'g>, CostError> {
         let guard = pin.get_or_init(epoch::pin);
-        if !reserve {
-            let decision = self.limiter.judge_only(self.key, n, guard)?;
-            return Ok(sealed::Judged {
-                decision,
-                reserved: None,
-            });
-        }
         // The entry stays alive while `guard` is pinned, so until the caller commits or
         // releases the reservation.
-        let (decision, reserved) = self.limiter.reserve(self.key, n, guard)?;
+        let (decision, taken) = match act {
+            sealed::Act::Judge => (self.limiter.judge_only(self.key, n, guard)?, None),
+            sealed::Act::Make => self.limiter.reserve(self.key, n, guard)?,
+            sealed::Act::Reserve => match self.limiter.reserve_existing(self.key, n, guard)? {
+                Some(reserved) => reserved,
+                None => return Ok(sealed::Judged::deferred()),
+            },
+        };
         let clock: &dyn Clock = &self.limiter.clock;
-        let reserved = reserved.map(|(state, ticket)| sealed::Reserved {
+        let reserved = taken.map(|(state, ticket)| sealed::Reserved {
             state,
             ticket,
             clock,
