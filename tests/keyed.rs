@@ -117,6 +117,29 @@ fn peek_of_an_unknown_key_inserts_nothing<S: TestHasher>() {
     assert_eq!(l.peek(&"ghost"), fresh.peek());
     assert_eq!(l.len(), 0);
     assert!(l.is_empty());
+    // In every mode, and at the end of time, where a fresh GCRA cell admits nothing
+    // (regression: its peek said allowed, with the whole limit remaining).
+    for mode in [
+        Mode::Weighted,
+        Mode::FixedWindow,
+        Mode::ExactLog,
+        Mode::Gcra,
+    ] {
+        for at in [Duration::from_millis(250), Duration::from_nanos(u64::MAX)] {
+            clock.set(at);
+            let q = quota(3, 1000, 100).with_mode(mode);
+            let l: Limiter<&str, S> = limiter(q, &clock, usize::MAX);
+            let fresh = SlidingWindow::with_clock(q, clock.clone());
+            let peek = l.peek(&"ghost");
+            assert_eq!(peek, fresh.peek(), "{mode:?} at {at:?}");
+            assert_eq!(l.len(), 0);
+            assert_eq!(
+                peek.is_allowed(),
+                l.check(&"ghost").is_allowed(),
+                "{mode:?}"
+            );
+        }
+    }
 }
 
 fn cost_errors_use_the_key_quota<S: TestHasher>() {

@@ -224,7 +224,10 @@ impl State<'_> {
     /// making one (a log would allocate).
     pub(crate) fn peek_fresh(rule: &Rule, now: u64, n: u64) -> Decision {
         match rule.quota.mode() {
-            Mode::ExactLog | Mode::Gcra => Decision::new(true, rule.limit, rule.limit, 0, 0),
+            Mode::ExactLog => Decision::new(true, rule.limit, rule.limit, 0, 0),
+            // A fresh cell's TAT is 0. Judged by the rule, not assumed: at the end of GCRA's
+            // time even a fresh cell admits nothing.
+            Mode::Gcra => rule.gcra.judge(0, now, n, Op::Peek).decision,
             _ => rule.judge(now % rule.granularity, n, true, |_| 0),
         }
     }
