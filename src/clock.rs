@@ -376,7 +376,8 @@ impl ManualClock {
     }
 
     /// Sets the time since the origin. Setting it backwards is allowed; limiters treat a reading
-    /// older than one they have seen as the newest they have seen.
+    /// older than one they have seen as the newest they have seen (a keyed limiter per key
+    /// state: a key evicted since has seen none, and judges the older reading itself).
     pub fn set(&self, since_origin: Duration) {
         // Relaxed: see `advance`.
         self.nanos

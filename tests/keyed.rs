@@ -764,3 +764,36 @@ fn keyed_limiters_are_send_and_sync() {
     send_sync::<KeyedLimiter<String>>();
     send_sync::<KeyedLimiter<u64, ManualClock, OneHash>>();
 }
+
+/// Regression: idleness was judged from the newest bucket a check had established, and a
+/// denial establishes one too, so a key denied late in its window was kept (by
+/// `retain_recent`) a whole window after its window emptied, and at `max_keys` its eviction
+/// was counted as forced, as if it still held admissions.
+#[test]
+fn a_key_whose_window_emptied_after_a_denial_is_idle() {
+    let clock = ManualClock::new();
+    let q = quota(1, 1000, 100);
+    let l: Limiter<&str, DefaultHashBuilder> = limiter(q, &clock, usize::MAX);
+    let bounded: Limiter<&str, DefaultHashBuilder> = limiter(q, &clock, 1);
+    for l in [&l, &bounded] {
+        assert!(l.check(&"d").is_allowed());
+    }
+    clock.set(Duration::from_millis(950));
+    for l in [&l, &bounded] {
+        assert!(!l.check(&"d").is_allowed());
+    }
+    clock.set(Duration::from_millis(1100));
+    let fresh = SlidingWindow::with_clock(q, clock.clone());
+    assert_eq!(l.peek(&"d"), fresh.peek(), "the window is empty");
+    assert_eq!(l.retain_recent(), 1);
+    // At the bound, a new key evicts `d` as idle, not forced.
+    assert!(bounded.check(&"e").is_allowed());
+    assert_eq!((bounded.evictions(), bounded.forced_evictions()), (1, 0));
+    // Still in its window at 999 ms, it is kept.
+    clock.set(Duration::from_millis(999));
+    let kept: Limiter<&str, DefaultHashBuilder> = limiter(q, &clock, usize::MAX);
+    assert!(kept.check(&"d").is_allowed());
+    clock.set(Duration::from_millis(1099));
+    assert!(!kept.check(&"d").is_allowed());
+    assert_eq!(kept.retain_recent(), 0);
+}

@@ -103,6 +103,11 @@ pub(crate) struct Entry<K, W: ?Sized = [AtomicU64]> {
     /// them the number of words: a deref reads the entry's length with one shift rather than
     /// a match on its head (a check derefs every entry it probes).
     tag: u64,
+    /// Under loom, a cell read by every use of the entry's state and written by its drop:
+    /// loom then reports an entry freed while a reader can still reach it (a use after free
+    /// reads memory loom does not track, and went unseen unless the address was reused).
+    #[cfg(slidegate_loom)]
+    live: loom::cell::UnsafeCell<()>,
     head: Head,
     pub(crate) key: K,
     words: W,
@@ -121,6 +126,8 @@ impl<K> Entry<K> {
     /// The key's state.
     #[inline]
     pub(crate) fn state(&self) -> State<'_> {
+        #[cfg(slidegate_loom)]
+        self.live.with(|_| ());
         self.head.packed(&self.words)
     }
 
@@ -186,6 +193,8 @@ impl<K> Pointable for Entry<K> {
         unsafe {
             ptr::addr_of_mut!((*entry).tag).write(((len as u64) << 32) | (hash & 0xffff_ffff));
             ptr::addr_of_mut!((*entry).head).write(Head::new(shape));
+            #[cfg(slidegate_loom)]
+            ptr::addr_of_mut!((*entry).live).write(loom::cell::UnsafeCell::new(()));
             ptr::addr_of_mut!((*entry).key).write(key);
             let words = ptr::addr_of_mut!((*entry).words).cast::<AtomicU64>();
             for i in 0..len {
@@ -212,6 +221,8 @@ impl<K> Pointable for Entry<K> {
         unsafe {
             let entry = Entry::<K>::fat(ptr);
             let layout = Entry::<K>::layout(((*entry).tag >> 32) as usize);
+            #[cfg(slidegate_loom)]
+            (*entry).live.with_mut(|_| ());
             ptr::drop_in_place(entry);
             alloc::dealloc(ptr as *mut u8, layout);
         }

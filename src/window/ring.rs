@@ -50,11 +50,13 @@
 //! `cum` without the bit) and every [`Ring::read`] returns `None`, telling the caller to look
 //! the key up again.
 //!
-//! - **Idle retirement** ([`Ring::retire_idle`]): load `cum`, then `front`; if the bucket of
-//!   `now` is more than `N` past `front`, CAS `cum` to `cum | RETIRED`. Every admission counted
-//!   in the `cum` loaded was judged at a bucket no newer than the `front` loaded after it (its
-//!   `front` load precedes its Release CAS, which precedes our Acquire load of `cum`), so all
-//!   of them lie before the window of `now` — and of any later time. The CAS succeeding proves
+//! - **Idle retirement** ([`Ring::retire_idle`]): read the ring at `now` as a peek does
+//!   ([`Ring::read`], which writes nothing); if that reading's window counts nothing
+//!   (`tail(0) = 0`, pending included), CAS `cum` from the reading's value to
+//!   `cum | RETIRED`. The reading is consistent (see `read`), and `tail(0) = 0` says that
+//!   every unit its `cum` counts is counted in a bucket before the window of `now` (of
+//!   `front`, if `now` is older; nothing is counted past `front`), so all of them lie before
+//!   that window — and before the window of any later time. The CAS succeeding proves
 //!   no admission came in between (the count only grows, so `cum` cannot return to a value
 //!   but through a reservation that was released, which admitted nothing). The
 //!   retired ring therefore answers every check at `now` or later exactly as a fresh ring
@@ -834,25 +836,26 @@ impl Ring<'_> {
     /// answers exactly as a fresh ring would; `true` if this call retired it. See the module
     /// documentation for why no admission can be lost.
     pub(crate) fn retire_idle(&self, granularity: u64, now: u64) -> bool {
-        // Acquire: pairs with the Release of every admission counted in `cum`, so the `front`
-        // loaded next is at least the bucket each of them was judged at.
-        let cum = self.cum.load(Ordering::Acquire);
-        if cum & HIGH != 0 {
-            // Retired already, or a reservation is pending (it may yet be committed).
+        // A consistent reading at `now` (at `front` if `now` is older), writing nothing: the
+        // window counts nothing, pending included. Judged on the window's contents, not on
+        // `front` alone: a denial establishes its bucket too, and a ring whose last
+        // admission had left the window was kept a whole window after its last denial.
+        let Some((empty, seen)) = self.read(granularity, || now, false, |r| r.tail(0) == 0) else {
             return false;
-        }
-        // Acquire: orders this load after the one of `cum` (see above).
-        let front = self.front.load(Ordering::Acquire);
-        let (bucket, _) = self.locate(now, granularity, front);
-        if bucket <= front + self.buckets {
-            // Bucket `front` is still inside the window of `now` (or `now` is older).
-            return false;
-        }
-        // AcqRel: success proves nothing was admitted since `cum` was loaded; the Release
-        // orders the retirement before the store's unlinking of the entry that follows.
-        self.cum
-            .compare_exchange(cum, cum | RETIRED, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+        };
+        // AcqRel: success proves nothing was admitted or reserved since the reading's `cum`
+        // was loaded; the Release orders the retirement before the store's unlinking of the
+        // entry that follows.
+        empty
+            && self
+                .cum
+                .compare_exchange(
+                    seen.0,
+                    seen.0 | RETIRED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     /// Retires the ring whatever it holds; `true` if this call retired it. Admissions counted
