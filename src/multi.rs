@@ -348,6 +348,15 @@ fn make_deferred<'g>(
     remaining: &mut u64,
     pin: &'g OnceCell<Guard>,
 ) -> Result<Option<(usize, Decision)>, CostError> {
+    // Two handles of one new key whose costs sum above its limit: the error, before making
+    // the key (which may evict another) only to be denied by its second entry.
+    if deferred.len() > 1 {
+        for &i in deferred {
+            if let Some(listing) = listing(limits, i).filter(|l| l.entries > 1) {
+                limits[i].0.judge_cost(listing.total, Act::Judge, pin)?;
+            }
+        }
+    }
     for &i in deferred {
         let (limit, n) = limits[i];
         let judged = limit.judge_cost(n, Act::Make, pin)?;

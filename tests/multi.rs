@@ -598,3 +598,23 @@ fn a_denied_call_makes_no_key_and_evicts_none() {
     assert_eq!((keyed.len(), keyed.admitted_total(&"b")), (1, 1));
     assert_eq!(global.peek().remaining(), 0);
 }
+
+/// Two handles of one new key whose costs sum above its limit are an error before the key is
+/// made: at `max_keys`, making it would have forced another key out first.
+#[test]
+fn handles_of_a_new_key_above_its_limit_evict_nothing() {
+    let clock = ManualClock::new();
+    let keyed = KeyedLimiter::<String, _>::builder(quota(3, 1, 1000))
+        .clock(clock.clone())
+        .max_keys(1)
+        .build();
+    assert!(keyed.check(&"a".to_string()).is_allowed());
+    let (b1, b2) = ("b".to_string(), "b".to_string());
+    let (h1, h2) = (keyed.key(&b1), keyed.key(&b2));
+    assert_eq!(
+        check_all(&[(&h1, 2), (&h2, 2)]),
+        Err(CostError::ExceedsLimit { cost: 4, limit: 3 })
+    );
+    assert_eq!((keyed.len(), keyed.forced_evictions()), (1, 0));
+    assert_eq!(keyed.admitted_total(&"a".to_string()), 1);
+}
