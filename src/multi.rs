@@ -12,7 +12,10 @@
 //!    field by compare-and-swap from the value judged (re-judging on a lost CAS). A key not
 //!    in its store (or whose quota changed shape) is passed over and reserved after all the
 //!    others, when its entry is made: making one at `max_keys` forces another key out, and a
-//!    denied call must leave no trace, in the store either.
+//!    denied call must leave no trace, in the store either. Before any is made, each is
+//!    judged as a fresh state (for the sum of its entries), so only a concurrent check that
+//!    makes the same key between the two passes, or a later step that errs or panics, can
+//!    leave a key made (and at `max_keys` another forced out) for a call that then fails.
 //! 2. If a limit denies: **release** the reservations made so far (`pending −= n`; the
 //!    admitted count, and hence every snapshot, is untouched) and report the denial, every
 //!    limit judged again without reserving: judged before the release, an entry would count
@@ -226,7 +229,8 @@ impl MultiDecision {
 /// Each entry is a limit and the cost to charge it (costs may differ per limit). The limits
 /// are judged and reserved in the order given (but for keys new to their stores, reserved
 /// last, when they are made, so that a denied call adds no key and, at `max_keys`, evicts
-/// none); if one denies, the reservations made so far
+/// none, unless a concurrent check makes the same key meanwhile); if one denies, the
+/// reservations made so far
 /// are released — nothing is charged, and no trace is left once this returns — and every
 /// limit is judged again without reserving, for the [`MultiDecision`]'s `remaining` and
 /// `retry_after`. A cost of zero or above a limit's limit is a [`CostError`], and then nothing
@@ -348,13 +352,17 @@ fn make_deferred<'g>(
     remaining: &mut u64,
     pin: &'g OnceCell<Guard>,
 ) -> Result<Option<(usize, Decision)>, CostError> {
-    // Two handles of one new key whose costs sum above its limit: the error, before making
-    // the key (which may evict another) only to be denied by its second entry.
-    if deferred.len() > 1 {
-        for &i in deferred {
-            if let Some(listing) = listing(limits, i).filter(|l| l.entries > 1) {
-                limits[i].0.judge_cost(listing.total, Act::Judge, pin)?;
-            }
+    // Judge every new key, fresh, before making any (which may evict another key): two
+    // handles of one key whose costs sum above its limit are the error, and a fresh state
+    // that admits nothing (GCRA at the end of its time) is the denial, with no key made.
+    // Only a concurrent check that makes one of these keys first, or a later step that
+    // errs or panics, can still leave a key made for a call that then fails.
+    for &i in deferred {
+        let (limit, n) = limits[i];
+        let total = listing(limits, i).map_or(n, |listing| listing.total);
+        let judged = limit.judge_cost(total, Act::Judge, pin)?;
+        if !judged.decision.is_allowed() {
+            return Ok(Some((i, judged.decision)));
         }
     }
     for &i in deferred {

@@ -618,3 +618,36 @@ fn handles_of_a_new_key_above_its_limit_evict_nothing() {
     assert_eq!((keyed.len(), keyed.forced_evictions()), (1, 0));
     assert_eq!(keyed.admitted_total(&"a".to_string()), 1);
 }
+
+/// A fresh GCRA state admits nothing at the end of GCRA's time: a call denied by its new key
+/// there made the key first, forcing another out at `max_keys` (review). New keys are judged
+/// before any is made.
+#[test]
+fn a_new_gcra_key_denied_at_the_end_of_time_evicts_nothing() {
+    const MAX_TIME: u64 = (1 << 63) - 1;
+    let clock = ManualClock::new();
+    // T = 1 µs.
+    let q = Quota::new(5, Duration::from_micros(5))
+        .unwrap()
+        .with_mode(Mode::Gcra);
+    let keyed = KeyedLimiter::<&str, _>::builder(q)
+        .clock(clock.clone())
+        .max_keys(1)
+        .build();
+    clock.set(Duration::from_nanos(MAX_TIME - 5_000));
+    // a's TAT is now the end of time.
+    assert!(keyed.check_n(&"a", 5).unwrap().is_allowed());
+    clock.set(Duration::from_nanos(MAX_TIME - 2_000));
+    let b = keyed.key(&"b");
+    assert!(!check_all(&[(&b, 3)]).unwrap().is_allowed());
+    assert_eq!(
+        (
+            keyed.len(),
+            keyed.forced_evictions(),
+            keyed.admitted_total(&"b")
+        ),
+        (1, 0, 0),
+        "the denied call forced `a` out"
+    );
+    assert!(!keyed.check(&"a").is_allowed(), "a was forgotten");
+}

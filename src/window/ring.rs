@@ -731,7 +731,7 @@ impl Ring<'_> {
         let mut left = n;
         let mut freed = 0;
         while left > 0 {
-            let ((front, from, counted), _) = self.read(granularity, &now, true, |r| {
+            let read = self.read(granularity, &now, true, |r| {
                 // Count only: pending reservations are not refundable.
                 // Saturating: a torn reading may show less than pending; `read` retries it.
                 let counted = r.tail(skip).saturating_sub(pending_of(r.cum));
@@ -743,7 +743,13 @@ impl Ring<'_> {
                     (r.cum as u32).wrapping_sub(counted as u32)
                 };
                 (r.front, from, counted)
-            })?;
+            });
+            let Some(((front, from, counted), _)) = read else {
+                // Retired. Once this refund's own raises have emptied the window, an idle
+                // retirement may come next: what was freed stays freed (the successor state is
+                // fresh), so report it rather than "retired".
+                return (freed > 0).then_some(freed);
+            };
             let raise = left.min(counted).min(MAX_RAISE);
             if raise == 0 {
                 break;
