@@ -230,10 +230,9 @@ impl MultiDecision {
 /// are judged and reserved in the order given (but for keys new to their stores, reserved
 /// last, when they are made, so that a denied call adds no key and, at `max_keys`, evicts
 /// none, unless a concurrent check makes the same key meanwhile); if one denies, the
-/// reservations made so far
-/// are released — nothing is charged, and no trace is left once this returns — and every
-/// limit is judged again without reserving, for the [`MultiDecision`]'s `remaining` and
-/// `retry_after`. A cost of zero or above a limit's limit is a [`CostError`], and then nothing
+/// reservations made so far are released — nothing is charged, and no trace is left once
+/// this returns — and every limit is judged again without reserving, for the
+/// [`MultiDecision`]'s `remaining` and `retry_after`. A cost of zero or above a limit's limit is a [`CostError`], and then nothing
 /// is charged either. Lock-free, like a single check; see the module documentation of the
 /// source for the protocol.
 ///
@@ -460,7 +459,7 @@ fn same_limit(a: &dyn Limit, b: &dyn Limit) -> bool {
     if ptr::addr_eq(a, b) {
         return true;
     }
-    // A direct limit answers `None` at once: one call per pair, the common case.
+    // A direct limit answers `None` at once.
     let Some(limiter) = a.keyed_by() else {
         return false;
     };
