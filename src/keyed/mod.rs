@@ -356,8 +356,8 @@ where
     /// indistinguishable from keys never seen, so no decision changes. (A fixed-window key
     /// counts as empty once the sliding window of its one bucket is: a window after its own,
     /// so that a quota override to Strict or Weighted, which has the same buckets and keeps
-    /// the key's counts, still sees them.) It runs in chunks,
-    /// letting inserts of new keys through between them; checks of held keys never wait.
+    /// the key's counts, still sees them.) It runs in chunks, letting inserts of new keys
+    /// through between them; checks of held keys never wait.
     ///
     /// ```
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
