@@ -382,10 +382,11 @@ impl<C: Clock> sealed::Reserve for SlidingWindow<C> {
         n: u64,
         act: sealed::Act,
         _pin: &'g OnceCell<Guard>,
-    ) -> Result<sealed::Judged<'g>, CostError> {
+        held: &mut sealed::Held<'g>,
+    ) -> Result<sealed::Judged, CostError> {
         self.rule.validate(n)?;
         // A direct limiter's state always exists: `Reserve` and `Make` are one.
-        match multi::judge_on(self.state(), &self.rule, &self.clock, n, act) {
+        match multi::judge_on(self.state(), &self.rule, &self.clock, n, act, held) {
             Some(judged) => Ok(judged),
             None => unreachable!("a direct limiter's state is never retired"),
         }

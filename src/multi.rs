@@ -63,26 +63,30 @@ pub(crate) mod sealed {
 
     /// What a limit answered in [`check_all`](super::check_all): its decision for the cost,
     /// and the reservation if one was made.
-    pub struct Judged<'g> {
+    pub struct Judged {
         pub(crate) decision: Decision,
-        pub(crate) reserved: Option<Reserved<'g>>,
+        /// Whether the call pushed a reservation onto the caller's list.
+        pub(crate) reserved: bool,
     }
 
-    impl Judged<'_> {
+    impl Judged {
         /// The answer of an [`Act::Reserve`] that needs its state made first: allowed with
         /// nothing reserved, which no judgement answers (an allowed reservation is held).
         pub(crate) fn deferred() -> Self {
             Judged {
                 decision: Decision::new(true, 0, 0, 0, 0),
-                reserved: None,
+                reserved: false,
             }
         }
 
         /// Whether this is [`Judged::deferred`].
         pub(crate) fn is_deferred(&self) -> bool {
-            self.reserved.is_none() && self.decision.is_allowed()
+            !self.reserved && self.decision.is_allowed()
         }
     }
+
+    /// The reservations a [`check_all`](super::check_all) holds, each with its cost.
+    pub type Held<'g> = Vec<(Reserved<'g>, u64)>;
 
     /// A reservation held by [`check_all`](super::check_all).
     #[derive(Clone, Copy)]
@@ -112,15 +116,19 @@ pub(crate) mod sealed {
 
     /// The protocol side of [`Limit`](super::Limit), not part of the public API.
     pub trait Reserve {
-        /// Judges cost `n` now and does `act` (see [`Act`]). A reserved cost is held on the
-        /// returned state, which stays alive while the epoch guard in `pin` lives (a keyed
-        /// limit pins it on first use, so checks over direct limiters alone never pin).
+        /// Judges cost `n` now and does `act` (see [`Act`]). A reservation made is pushed
+        /// onto `held` with its cost, built there rather than returned: copied out of the
+        /// answer, it was read with 16-byte loads of what had just been stored 8 bytes at a
+        /// time, a store-forwarding stall. Its state stays alive while the epoch guard in
+        /// `pin` lives (a keyed limit pins it on first use, so checks over direct limiters
+        /// alone never pin).
         fn judge_cost<'g>(
             &'g self,
             n: u64,
             act: Act,
             pin: &'g OnceCell<Guard>,
-        ) -> Result<Judged<'g>, CostError>;
+            held: &mut Held<'g>,
+        ) -> Result<Judged, CostError>;
 
         /// For one key of a keyed limiter, the limiter's address; `None` for a limit that is
         /// an object of its own (a direct limiter), which is one limit only with itself.
@@ -141,7 +149,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Act, Judged, Reserved};
+use sealed::{Act, Held, Judged, Reserved};
 
 /// One limit a request can be checked against with [`check_all`]: a
 /// [`SlidingWindow`](crate::SlidingWindow), or one key of a
@@ -301,16 +309,18 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
     let mut deferred = Vec::new();
     for (i, &(limit, n)) in limits.iter().enumerate() {
         // On an error (or a panic) `held` is dropped, which releases what it holds. The
-        // result is read where the call wrote it: moved out whole by `?`, it was copied with
-        // 16-byte loads of what had just been stored 8 bytes at a time, a store-forwarding
-        // stall (`perf annotate`; with the ticket below, `cargo bench --bench algorithms --
-        // check_all`: two limits 94.5–96.5 → 78.8–79.2 ns, alternating builds).
-        let result = limit.judge_cost(n, Act::Reserve, &pin);
+        // result is read where the call wrote it, and the reservation is pushed by the limit
+        // itself: moved out whole by `?`, or copied out of the answer into `held`, each was
+        // read with 16-byte loads of what had just been stored 8 bytes at a time, a
+        // store-forwarding stall (`perf annotate`; `cargo bench --bench algorithms --
+        // check_all`, two limits, alternating builds: 94.5–96.5 → 78.8–79.2 ns reading in
+        // place, with the ticket below; 80.2–84.0 → 68.0–68.2 pushed by the limit).
+        let result = limit.judge_cost(n, Act::Reserve, &pin, &mut held.entries);
         let judged = match &result {
             Ok(judged) => judged,
             Err(e) => return Err(*e),
         };
-        if !held.hold(judged, n, &mut remaining) {
+        if !Reservations::hold(judged, &mut remaining) {
             if judged.is_deferred() {
                 deferred.push(i);
                 continue;
@@ -359,15 +369,15 @@ fn make_deferred<'g>(
     for &i in deferred {
         let (limit, n) = limits[i];
         let total = listing(limits, i).map_or(n, |listing| listing.total);
-        let judged = limit.judge_cost(total, Act::Judge, pin)?;
+        let judged = limit.judge_cost(total, Act::Judge, pin, &mut Held::new())?;
         if !judged.decision.is_allowed() {
             return Ok(Some((i, judged.decision)));
         }
     }
     for &i in deferred {
         let (limit, n) = limits[i];
-        let judged = limit.judge_cost(n, Act::Make, pin)?;
-        if !held.hold(&judged, n, remaining) {
+        let judged = limit.judge_cost(n, Act::Make, pin, &mut held.entries)?;
+        if !Reservations::hold(&judged, remaining) {
             return Ok(Some((i, judged.decision)));
         }
     }
@@ -379,21 +389,20 @@ fn make_deferred<'g>(
 /// no reservation holding room forever. [`Reservations::commit`] settles them all.
 struct Reservations<'g> {
     /// Each reservation and its cost.
-    entries: Vec<(Reserved<'g>, u64)>,
+    entries: Held<'g>,
     /// How many, from the front, are settled.
     settled: usize,
 }
 
 impl<'g> Reservations<'g> {
-    /// Holds the reservation of `n` that `judged` made, lowering `remaining` to its
-    /// decision's; `false` if it made none (it denied).
+    /// Whether `judged` pushed a reservation (lowering `remaining` to its decision's);
+    /// `false` if it made none (it denied).
     #[inline(always)]
-    fn hold(&mut self, judged: &Judged<'g>, n: u64, remaining: &mut u64) -> bool {
-        let Some(reserved) = judged.reserved else {
+    fn hold(judged: &Judged, remaining: &mut u64) -> bool {
+        if !judged.reserved {
             return false;
-        };
+        }
         *remaining = (*remaining).min(judged.decision.remaining());
-        self.entries.push((reserved, n));
         true
     }
 
@@ -508,7 +517,7 @@ fn reject_repeated_overflow(
             Some(l) if l.entries > 1 && l.zero => return Err(CostError::Zero),
             // The limit validates the sum like any cost: `ExceedsLimit { cost: total, .. }`.
             Some(l) if l.entries > 1 => {
-                limit.judge_cost(l.total, Act::Judge, pin)?;
+                limit.judge_cost(l.total, Act::Judge, pin, &mut Held::new())?;
             }
             _ => {}
         }
@@ -543,7 +552,9 @@ fn denial(
         } else {
             // Judged before with this call's reservations counted (an entry before the
             // denier, or a limit listed again), or not at all (after it).
-            limit.judge_cost(listing.total, Act::Judge, pin)?.decision
+            limit
+                .judge_cost(listing.total, Act::Judge, pin, &mut Held::new())?
+                .decision
         };
         remaining = remaining.min(d.remaining());
         retry_after = retry_after.max(wait(&d));
@@ -560,7 +571,8 @@ fn wait(d: &Decision) -> u64 {
 }
 
 /// Judges cost `n` on `state` under `rule` at `clock`'s now, reserving it if allowed and
-/// `reserve` is set (re-judging after a lost CAS). `None` if the state is retired.
+/// `act` reserves (re-judging after a lost CAS), the reservation pushed onto `held`. `None`
+/// if the state is retired.
 #[inline]
 pub(crate) fn judge_on<'r>(
     state: State<'r>,
@@ -568,14 +580,22 @@ pub(crate) fn judge_on<'r>(
     clock: &'r dyn Clock,
     n: u64,
     act: Act,
-) -> Option<Judged<'r>> {
-    let reserve = act != Act::Judge;
-    let op = if reserve { Op::Reserve } else { Op::Peek };
+    held: &mut Held<'r>,
+) -> Option<Judged> {
+    let op = if act == Act::Judge {
+        Op::Peek
+    } else {
+        Op::Reserve
+    };
     let (decision, ticket) = state.check(rule, || clock.now().0, n, op)?;
-    let reserved = (reserve && decision.is_allowed()).then_some(Reserved {
-        state,
-        ticket,
-        clock,
-    });
+    let reserved = op == Op::Reserve && decision.is_allowed();
+    if reserved {
+        let hold = Reserved {
+            state,
+            ticket,
+            clock,
+        };
+        held.push((hold, n));
+    }
     Some(Judged { decision, reserved })
 }

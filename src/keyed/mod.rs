@@ -782,7 +782,8 @@ where
         n: u64,
         act: sealed::Act,
         pin: &'g OnceCell<Guard>,
-    ) -> Result<sealed::Judged<'g>, CostError> {
+        held: &mut sealed::Held<'g>,
+    ) -> Result<sealed::Judged, CostError> {
         let guard = pin.get_or_init(epoch::pin);
         // The entry stays alive while `guard` is pinned, so until the caller commits or
         // releases the reservation.
@@ -794,12 +795,16 @@ where
                 None => return Ok(sealed::Judged::deferred()),
             },
         };
-        let clock: &dyn Clock = &self.limiter.clock;
-        let reserved = taken.map(|(state, ticket)| sealed::Reserved {
-            state,
-            ticket,
-            clock,
-        });
+        let reserved = taken.is_some();
+        if let Some((state, ticket)) = taken {
+            let clock: &dyn Clock = &self.limiter.clock;
+            let hold = sealed::Reserved {
+                state,
+                ticket,
+                clock,
+            };
+            held.push((hold, n));
+        }
         Ok(sealed::Judged { decision, reserved })
     }
 
