@@ -182,6 +182,11 @@ impl<C: Clock> SlidingWindow<C> {
     /// back by `n` emission intervals, not before now: exact. For the fixed window the
     /// current window's count drops by up to `n`.
     ///
+    /// Refunds racing each other are never looser than their reported total refunded in
+    /// turn. One case over-reports (known, not yet fixed): two refunds of the counter racing
+    /// while a check moves the ring into a new bucket can count the same oldest unit twice,
+    /// so the limiter is stricter than their total says, never looser.
+    ///
     /// ```
     /// use slidegate::{clock::ManualClock, Quota, SlidingWindow};
     /// use std::time::Duration;

@@ -135,12 +135,18 @@
 //!   its exact loaded value with its tag required to be `j`. Newest first keeps the
 //!   snapshots monotone at every instant (`snap[j + 1]` is already `≥ s'` when `snap[j]` is
 //!   raised to it), so every tail is non-increasing for every reader. The last CAS, on
-//!   `snap[k]`, must find exactly `s`: it is the refund's moment, `freed = s' − s`. If another
-//!   refund raised it first, judge again (the newer target is at least ours, so our raises of
-//!   newer slots are subsumed). If a tag no longer matches, a fill recycled that slot (and
-//!   every older one: fills go oldest first): the ring moved on to a bucket whose window no
-//!   longer holds the oldest units we meant, which time has expired instead, and the live
-//!   slots are raised; `s' − s` is reported.
+//!   `snap[k]`, is the refund's moment: from the value `v` it finds there, if `v < s'`, and
+//!   then `freed = s' − v` (`v = s` unless a racing refund raised it part of the way). If
+//!   another refund raised it to `s'` or past, this one freed nothing, and its raises of
+//!   newer slots are covered by that refund's; judge again. (Requiring exactly `s` there
+//!   left the loser's raises of newer slots in place, unreported, when the ring moved on
+//!   before it judged again: two refunds together freed more than they reported, a review's
+//!   loom model, `loom-tests/tests/refund_racing_refund.rs`.) If a tag no longer matches, a
+//!   fill recycled that slot (and every older one: fills go oldest first): the ring moved on
+//!   to a bucket whose window no longer holds the oldest units we meant, which time has
+//!   expired instead, and the live slots are raised; `s' − s` is reported. (If a racing
+//!   refund took some of those units first, both report them: stricter than reported, never
+//!   looser; known, not fixed.)
 //! - A reader whose `cum` was loaded before a refund's and whose slot load sees the raise
 //!   would compute a negative tail: [`Reading::tail`] treats a snapshot later than its count
 //!   as torn when the count has moved since (a raise past it requires that), and the reader
@@ -240,11 +246,13 @@ const MAX_RAISE: u64 = (1 << 31) - 1;
 /// How [`Ring::raise`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Raised {
-    /// Every snapshot of the window, the oldest last, is at least the target.
-    Oldest,
+    /// Every snapshot of the window, the oldest last, is at least the target; this refund
+    /// raised the oldest by the units given.
+    Oldest(u32),
     /// The ring moved on while raising: the slots still live are raised.
     Moved,
-    /// The oldest snapshot no longer held the value judged (a racing refund).
+    /// A racing refund raised the oldest snapshot to the target or past it: this one freed
+    /// nothing (its raises of newer snapshots are covered by that one's).
     Lost,
 }
 
@@ -767,10 +775,10 @@ impl Ring<'_> {
                 self.help(front);
                 continue;
             }
-            match self.raise(front - self.buckets + skip, front, from, to) {
-                Raised::Oldest => {
-                    freed += raise;
-                    left -= raise;
+            match self.raise(front - self.buckets + skip, front, to) {
+                Raised::Oldest(units) => {
+                    freed += u64::from(units);
+                    left -= u64::from(units);
                 }
                 // The ring moved on: the units meant were expired, by us or by time.
                 Raised::Moved => return Some(freed + raise),
@@ -782,8 +790,13 @@ impl Ring<'_> {
     }
 
     /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`;
-    /// the last, the oldest, must still hold `from` (its raise is the refund's moment).
-    fn raise(&self, oldest: u64, front: u64, from: u32, to: u32) -> Raised {
+    /// the last, the oldest, must still be below `to` (its raise is the refund's moment, and
+    /// the refund frees what it raises it by: from the value the refund read, or from where
+    /// a racing refund left it, so that no raise of a newer snapshot is left unreported).
+    /// Two refunds racing across a bucket change froze the loser's raise of the newer
+    /// snapshot, unreported, when the oldest had to hold exactly the value read
+    /// (`loom-tests/tests/refund_racing_refund.rs`).
+    fn raise(&self, oldest: u64, front: u64, to: u32) -> Raised {
         for k in (oldest..=front).rev() {
             let slot = self.slot(k);
             // Acquire: pairs with the Release of the CAS that established or raised it.
@@ -794,7 +807,9 @@ impl Ring<'_> {
                     return Raised::Moved;
                 }
                 let snapshot = snapshot_of(seen);
-                if k == oldest && snapshot != from {
+                if k == oldest && later(snapshot, to) == snapshot {
+                    // Another refund raised the oldest to our target or past it: our raises of
+                    // newer slots are subsumed by its, and we freed nothing.
                     return Raised::Lost;
                 }
                 if later(snapshot, to) == snapshot {
@@ -805,12 +820,17 @@ impl Ring<'_> {
                 // read that bounds `to`; Acquire on failure as the load above.
                 match slot.compare_exchange(seen, pack(k, to), Ordering::AcqRel, Ordering::Acquire)
                 {
+                    // The oldest from below `to` (from `from`, or from where a racing refund
+                    // left it): this refund freed `to − snapshot`, and no raise of ours is
+                    // left above the oldest snapshot unreported.
+                    Ok(_) if k == oldest => return Raised::Oldest(to.wrapping_sub(snapshot)),
                     Ok(_) => break,
                     Err(now_seen) => seen = now_seen,
                 }
             }
         }
-        Raised::Oldest
+        // Unreachable with `to` later than `from`: the oldest either returns above or is raised.
+        Raised::Lost
     }
 
     /// The total cost ever admitted (wrapping at 2³²).
