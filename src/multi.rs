@@ -62,27 +62,51 @@ pub(crate) mod sealed {
     use super::{Clock, CostError, Decision, Guard, State};
 
     /// What a limit answered in [`check_all`](super::check_all): its decision for the cost,
-    /// and the reservation if one was made.
+    /// and what it did with it.
     pub struct Judged {
+        /// The decision; not meaningful when [`Taken::Deferred`].
         pub(crate) decision: Decision,
-        /// Whether the call pushed a reservation onto the caller's list.
-        pub(crate) reserved: bool,
+        pub(crate) taken: Taken,
+    }
+
+    /// What [`Reserve::judge_cost`] did with the cost it judged.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Taken {
+        /// Reserved it, pushing the reservation onto the caller's list.
+        Reserved,
+        /// Nothing: a judgement only, or a denial.
+        Nothing,
+        /// Nothing, and judged nothing: an [`Act::Reserve`] whose limit must first make its
+        /// state, which may evict another key.
+        Deferred,
     }
 
     impl Judged {
-        /// The answer of an [`Act::Reserve`] that needs its state made first: allowed with
-        /// nothing reserved, which no judgement answers (an allowed reservation is held).
+        /// The answer of an [`Act::Reserve`] that needs its state made first.
         pub(crate) fn deferred() -> Self {
             Judged {
                 decision: Decision::new(true, 0, 0, 0, 0),
-                reserved: false,
+                taken: Taken::Deferred,
             }
         }
+    }
 
-        /// Whether this is [`Judged::deferred`].
-        pub(crate) fn is_deferred(&self) -> bool {
-            !self.reserved && self.decision.is_allowed()
-        }
+    /// Pushes onto `held` the reservation of cost `n` made on `state` with `ticket`, judged
+    /// at `clock`.
+    #[inline]
+    pub(crate) fn hold<'g>(
+        held: &mut Held<'g>,
+        n: u64,
+        state: State<'g>,
+        ticket: u64,
+        clock: &'g dyn Clock,
+    ) {
+        let reserved = Reserved {
+            state,
+            ticket,
+            clock,
+        };
+        held.push((reserved, n));
     }
 
     /// The reservations a [`check_all`](super::check_all) holds, each with its cost.
@@ -149,7 +173,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Act, Held, Judged, Reserved};
+use sealed::{Act, Held, Judged, Taken};
 
 /// One limit a request can be checked against with [`check_all`]: a
 /// [`SlidingWindow`](crate::SlidingWindow), or one key of a
@@ -240,9 +264,9 @@ impl MultiDecision {
 /// none, unless a concurrent check makes the same key meanwhile); if one denies, the
 /// reservations made so far are released — nothing is charged, and no trace is left once
 /// this returns — and every limit is judged again without reserving, for the
-/// [`MultiDecision`]'s `remaining` and `retry_after`. A cost of zero or above a limit's limit is a [`CostError`], and then nothing
-/// is charged either. Lock-free, like a single check; see the module documentation of the
-/// source for the protocol.
+/// [`MultiDecision`]'s `remaining` and `retry_after`. A cost of zero or above a limit's limit
+/// is a [`CostError`], and then nothing is charged either. Lock-free, like a single check; see
+/// the module documentation of the source for the protocol.
 ///
 /// **A limit listed more than once** (one [`SlidingWindow`](crate::SlidingWindow) in several
 /// entries, or one key of a [`KeyedLimiter`](crate::KeyedLimiter) through one or several
@@ -321,7 +345,7 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
             Err(e) => return Err(*e),
         };
         if !Reservations::hold(judged, &mut remaining) {
-            if judged.is_deferred() {
+            if judged.taken == Taken::Deferred {
                 deferred.push(i);
                 continue;
             }
@@ -399,7 +423,7 @@ impl<'g> Reservations<'g> {
     /// `false` if it made none (it denied).
     #[inline(always)]
     fn hold(judged: &Judged, remaining: &mut u64) -> bool {
-        if !judged.reserved {
+        if judged.taken != Taken::Reserved {
             return false;
         }
         *remaining = (*remaining).min(judged.decision.remaining());
@@ -588,14 +612,11 @@ pub(crate) fn judge_on<'r>(
         Op::Reserve
     };
     let (decision, ticket) = state.check(rule, || clock.now().0, n, op)?;
-    let reserved = op == Op::Reserve && decision.is_allowed();
-    if reserved {
-        let hold = Reserved {
-            state,
-            ticket,
-            clock,
-        };
-        held.push((hold, n));
-    }
-    Some(Judged { decision, reserved })
+    let taken = if op == Op::Reserve && decision.is_allowed() {
+        sealed::hold(held, n, state, ticket, clock);
+        Taken::Reserved
+    } else {
+        Taken::Nothing
+    };
+    Some(Judged { decision, taken })
 }

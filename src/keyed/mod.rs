@@ -795,17 +795,14 @@ where
                 None => return Ok(sealed::Judged::deferred()),
             },
         };
-        let reserved = taken.is_some();
-        if let Some((state, ticket)) = taken {
-            let clock: &dyn Clock = &self.limiter.clock;
-            let hold = sealed::Reserved {
-                state,
-                ticket,
-                clock,
-            };
-            held.push((hold, n));
-        }
-        Ok(sealed::Judged { decision, reserved })
+        let taken = match taken {
+            Some((state, ticket)) => {
+                sealed::hold(held, n, state, ticket, &self.limiter.clock);
+                sealed::Taken::Reserved
+            }
+            None => sealed::Taken::Nothing,
+        };
+        Ok(sealed::Judged { decision, taken })
     }
 
     fn keyed_by(&self) -> Option<usize> {

@@ -820,16 +820,17 @@ impl Ring<'_> {
                 // read that bounds `to`; Acquire on failure as the load above.
                 match slot.compare_exchange(seen, pack(k, to), Ordering::AcqRel, Ordering::Acquire)
                 {
-                    // The oldest from below `to` (from `from`, or from where a racing refund
-                    // left it): this refund freed `to − snapshot`, and no raise of ours is
-                    // left above the oldest snapshot unreported.
+                    // The oldest from below `to` (from the value the refund read, or from
+                    // where a racing refund left it): this refund freed `to − snapshot`, and
+                    // no raise of ours is left above the oldest snapshot unreported.
                     Ok(_) if k == oldest => return Raised::Oldest(to.wrapping_sub(snapshot)),
                     Ok(_) => break,
                     Err(now_seen) => seen = now_seen,
                 }
             }
         }
-        // Unreachable with `to` later than `from`: the oldest either returns above or is raised.
+        // Unreachable: a refund's target is above the snapshot it read, so the oldest either
+        // returns `Lost` above or is raised from below it.
         Raised::Lost
     }
 
