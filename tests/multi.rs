@@ -138,17 +138,26 @@ fn a_limit_listed_twice_above_its_limit_is_a_cost_error_that_charges_nothing() {
     }
 }
 
+/// One key through entries `a` and `b` of one call (one handle twice, or two handles), 5 per
+/// 10 ns, unused: a sum above the limit is an error that charges nothing, and a sum within it
+/// is charged to the key.
+fn one_key_listed_twice(users: &KeyedLimiter<String, ManualClock>, a: &dyn Limit, b: &dyn Limit) {
+    let alice = "alice".to_string();
+    assert_eq!(
+        check_all(&[(a, 3), (b, 3)]),
+        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
+    );
+    assert_eq!(users.peek(&alice).remaining(), 5);
+    assert!(check_all(&[(a, 3), (b, 2)]).unwrap().is_allowed());
+    assert_eq!(users.admitted_total(&alice), 5);
+}
+
 #[test]
 fn a_key_listed_twice_above_its_limit_is_a_cost_error() {
     let users = KeyedLimiter::with_clock(quota(5, 1, 10), ManualClock::new());
-    let alice = users.key(&"alice");
-    assert_eq!(
-        check_all(&[(&alice, 3), (&alice, 3)]),
-        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
-    );
-    assert_eq!(users.peek(&"alice").remaining(), 5);
-    assert!(check_all(&[(&alice, 3), (&alice, 2)]).unwrap().is_allowed());
-    assert_eq!(users.admitted_total(&"alice"), 5);
+    let key = "alice".to_string();
+    let alice = users.key(&key);
+    one_key_listed_twice(&users, &alice, &alice);
 }
 
 /// Two handles made separately for equal keys of one limiter are one limit; handles for other
@@ -161,14 +170,7 @@ fn separate_handles_for_one_key_are_one_limit() {
     // Equal keys in distinct allocations, so that only `Eq` can tell they are one key.
     let (k1, k2, bob) = ("alice".to_string(), "alice".to_string(), "bob".to_string());
     let (a1, a2) = (users.key(&k1), users.key(&k2));
-    assert_eq!(
-        check_all(&[(&a1, 3), (&a2, 3)]),
-        Err(CostError::ExceedsLimit { cost: 6, limit: 5 })
-    );
-    assert_eq!(users.peek(&k1).remaining(), 5);
-    // Within the limit both are charged, to the one key.
-    assert!(check_all(&[(&a1, 3), (&a2, 2)]).unwrap().is_allowed());
-    assert_eq!(users.admitted_total(&k1), 5);
+    one_key_listed_twice(&users, &a1, &a2);
     // A denial judges the sum: 2 + 2 fit once alice's 5 have left, and not a nanosecond
     // before.
     let d = check_all(&[(&a1, 2), (&a2, 2)]).unwrap();
