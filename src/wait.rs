@@ -1,7 +1,7 @@
 //! Waiting for room: the blocking `wait` and, behind the `tokio` feature, `until_ready`.
 //!
-//! Both loop on a check ([`block`], [`ready`]; the direct and keyed limiters supply the
-//! check): when it is denied they wait its `retry_after` (the earliest time the same request
+//! Both loop on a check ([`block`], and `ready` with the feature; the direct and keyed
+//! limiters supply the check): when it is denied they wait its `retry_after` (the earliest time the same request
 //! could be admitted if nothing else arrived), plus an optional random jitter so that many
 //! clients denied together do not all return at the same instant, and check again. Under
 //! contention the wait may repeat; the check that finally passes is charged once.

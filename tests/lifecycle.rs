@@ -1,13 +1,14 @@
-//! The request lifecycle around a check: blocking `wait`, tokio's `until_ready`, jitter, and
-//! `refund` with `check_all`, for every algorithm. Time is a `ManualClock` (whose `sleep`
-//! advances it) or tokio's paused clock: nothing here sleeps for real.
+//! The request lifecycle around a check: blocking `wait`, tokio's `until_ready` (feature
+//! `tokio`), jitter, and `refund` with `check_all`, for every algorithm. Time is a
+//! `ManualClock` (whose `sleep` advances it) or tokio's paused clock: nothing here sleeps for
+//! real.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{MODES, Model, worst_window};
-use slidegate::clock::{Clock, ManualClock, TokioClock};
+use slidegate::clock::{Clock, ManualClock};
 use slidegate::{CostError, KeyedLimiter, Limit, Mode, Quota, SlidingWindow, check_all};
 
 fn quota(limit: u64, window_ms: u64, mode: Mode) -> Quota {
@@ -105,59 +106,6 @@ fn keyed_waits_are_per_key() {
     assert_eq!(clock.now().0, 100_000_000);
 }
 
-/// Two tasks share one limiter of 2 per second on tokio's paused clock: six requests are
-/// served two per second, at 0, 1 s and 2 s of virtual time.
-#[tokio::test(start_paused = true)]
-async fn until_ready_paces_tasks_on_virtual_time() {
-    let clock = TokioClock::new();
-    let limiter = std::sync::Arc::new(SlidingWindow::with_clock(
-        Quota::new(2, Duration::from_secs(1))
-            .unwrap()
-            .with_mode(Mode::ExactLog),
-        clock,
-    ));
-    let tasks: Vec<_> = (0..2)
-        .map(|_| {
-            let limiter = limiter.clone();
-            tokio::spawn(async move {
-                let mut at = Vec::new();
-                for _ in 0..3 {
-                    assert!(limiter.until_ready(1).await.unwrap().is_allowed());
-                    at.push(limiter.clock().now().0 / 1_000_000);
-                }
-                at
-            })
-        })
-        .collect();
-    let mut at = Vec::new();
-    for task in tasks {
-        at.extend(task.await.unwrap());
-    }
-    at.sort_unstable();
-    assert_eq!(at, [0, 0, 1000, 1000, 2000, 2000]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn until_ready_rejects_impossible_costs_and_honours_jitter() {
-    let limiter = SlidingWindow::with_clock(quota(1, 100, Mode::Strict), TokioClock::new());
-    assert_eq!(limiter.until_ready(0).await, Err(CostError::Zero));
-    assert!(limiter.until_ready(1).await.unwrap().is_allowed());
-    assert!(
-        limiter
-            .until_ready_with_jitter(1, Duration::from_millis(5))
-            .await
-            .unwrap()
-            .is_allowed()
-    );
-    let t = limiter.clock().now().0;
-    // Strict, 10 buckets of 10 ms: the first admission leaves at 110 ms.
-    assert!((110_000_000..=115_000_000).contains(&t), "ready at {t}");
-    let keyed = KeyedLimiter::with_clock(quota(1, 100, Mode::Gcra), TokioClock::new());
-    assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
-    assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
-    assert_eq!(keyed.clock().now().0, 100_000_000);
-}
-
 /// A refunded request's room comes back for every algorithm, and `check_all` over mixed
 /// algorithms charges all or none.
 #[test]
@@ -228,31 +176,6 @@ fn quota_changes_keep_counts_only_within_one_shape() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn until_ready_on_a_manual_clock_runs_in_simulated_time() {
-    // Were `until_ready` to sleep on tokio's timer while the manual clock stood still, the
-    // second wait would never end: the deadline below, on tokio's paused time, fails it.
-    for mode in MODES {
-        let clock = ManualClock::new();
-        let l = SlidingWindow::with_clock(quota(1, 1000, mode), clock.clone());
-        let k = KeyedLimiter::with_clock(quota(1, 1000, mode), clock.clone());
-        for _ in 0..3 {
-            let waited = tokio::time::timeout(Duration::from_secs(60), async {
-                assert!(l.until_ready(1).await.unwrap().is_allowed());
-                assert!(k.until_ready(&7, 1).await.unwrap().is_allowed());
-            })
-            .await;
-            assert!(
-                waited.is_ok(),
-                "{mode:?}: still waiting at {:?}",
-                clock.now()
-            );
-        }
-        // Three single units a second apart at least, at most a granularity more.
-        assert!(clock.now().as_u64() >= 2_000_000_000, "{mode:?}");
-    }
-}
-
 #[test]
 fn at_the_end_of_time_a_wait_returns_the_denial_that_says_never() {
     // The exact log's time stops ~73 years after its clock's origin, GCRA's at ~292; a
@@ -294,5 +217,90 @@ fn readings_near_the_largest_do_not_overflow_the_ring() {
         );
         clock.advance(Duration::from_nanos(1));
         assert!(!l.check().is_allowed(), "{mode:?}");
+    }
+}
+
+/// `until_ready`, on tokio's paused time and on a `ManualClock`.
+#[cfg(feature = "tokio")]
+mod until_ready {
+    use super::*;
+    use slidegate::clock::TokioClock;
+
+    /// Two tasks share one limiter of 2 per second on tokio's paused clock: six requests are
+    /// served two per second, at 0, 1 s and 2 s of virtual time.
+    #[tokio::test(start_paused = true)]
+    async fn until_ready_paces_tasks_on_virtual_time() {
+        let clock = TokioClock::new();
+        let limiter = std::sync::Arc::new(SlidingWindow::with_clock(
+            Quota::new(2, Duration::from_secs(1))
+                .unwrap()
+                .with_mode(Mode::ExactLog),
+            clock,
+        ));
+        let tasks: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut at = Vec::new();
+                    for _ in 0..3 {
+                        assert!(limiter.until_ready(1).await.unwrap().is_allowed());
+                        at.push(limiter.clock().now().0 / 1_000_000);
+                    }
+                    at
+                })
+            })
+            .collect();
+        let mut at = Vec::new();
+        for task in tasks {
+            at.extend(task.await.unwrap());
+        }
+        at.sort_unstable();
+        assert_eq!(at, [0, 0, 1000, 1000, 2000, 2000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn until_ready_rejects_impossible_costs_and_honours_jitter() {
+        let limiter = SlidingWindow::with_clock(quota(1, 100, Mode::Strict), TokioClock::new());
+        assert_eq!(limiter.until_ready(0).await, Err(CostError::Zero));
+        assert!(limiter.until_ready(1).await.unwrap().is_allowed());
+        assert!(
+            limiter
+                .until_ready_with_jitter(1, Duration::from_millis(5))
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+        let t = limiter.clock().now().0;
+        // Strict, 10 buckets of 10 ms: the first admission leaves at 110 ms.
+        assert!((110_000_000..=115_000_000).contains(&t), "ready at {t}");
+        let keyed = KeyedLimiter::with_clock(quota(1, 100, Mode::Gcra), TokioClock::new());
+        assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
+        assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
+        assert_eq!(keyed.clock().now().0, 100_000_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn until_ready_on_a_manual_clock_runs_in_simulated_time() {
+        // Were `until_ready` to sleep on tokio's timer while the manual clock stood still, the
+        // second wait would never end: the deadline below, on tokio's paused time, fails it.
+        for mode in MODES {
+            let clock = ManualClock::new();
+            let l = SlidingWindow::with_clock(quota(1, 1000, mode), clock.clone());
+            let k = KeyedLimiter::with_clock(quota(1, 1000, mode), clock.clone());
+            for _ in 0..3 {
+                let waited = tokio::time::timeout(Duration::from_secs(60), async {
+                    assert!(l.until_ready(1).await.unwrap().is_allowed());
+                    assert!(k.until_ready(&7, 1).await.unwrap().is_allowed());
+                })
+                .await;
+                assert!(
+                    waited.is_ok(),
+                    "{mode:?}: still waiting at {:?}",
+                    clock.now()
+                );
+            }
+            // Three single units a second apart at least, at most a granularity more.
+            assert!(clock.now().as_u64() >= 2_000_000_000, "{mode:?}");
+        }
     }
 }

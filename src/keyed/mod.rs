@@ -1,10 +1,11 @@
 //! The keyed limiter: one sliding window per key, in a lock-free store with bounded memory.
 //!
-//! Each key's window is the same [`Ring`] the direct limiter uses, judged by the same
-//! [`Rule`], so a key's decisions are exactly those of a [`SlidingWindow`](crate::SlidingWindow)
-//! of the key's quota. The store (`store.rs`) documents the table, its reclamation and its
-//! eviction; `window/ring.rs` documents the retirement protocol that lets an entry be freed
-//! without losing an admission.
+//! Each key's state is the one its quota's algorithm keeps (a snapshot ring, an exact log or
+//! a GCRA cell: [`State`]), judged by the same [`Rule`] a direct limiter uses, so a key's
+//! decisions are exactly those of a [`SlidingWindow`](crate::SlidingWindow) of the key's
+//! quota. The store ([`store`]) documents the table, its reclamation and its eviction; each
+//! state documents the retirement protocol that lets an entry be freed without losing an
+//! admission.
 
 pub(crate) mod store;
 

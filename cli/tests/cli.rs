@@ -1,8 +1,6 @@
 //! The `slidegate` binary, run as a user runs it: `slidegate simulate` on trace files and
 //! built-in scenarios, its table, its chart and its errors.
 
-#![cfg(feature = "cli")]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
