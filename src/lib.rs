@@ -153,6 +153,8 @@ mod direct;
 mod keyed;
 mod multi;
 mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod sync;
 mod wait;
 mod window;

@@ -1,0 +1,207 @@
+//! Local-first leases: a process takes a slice of a key's window from Redis in one round trip
+//! and admits from it locally until it is used up or ends.
+//!
+//! - **Counted when taken.** A lease of `k` is a charge of `k` in the shared window, in the
+//!   bucket of the moment it is taken (GCRA: `k` intervals on the arrival time). So the
+//!   shared limit holds exactly: no process admits a unit the window has not counted.
+//! - **Used only while it is counted where it is used.** A counter's lease ends with the
+//!   bucket it was charged in (the script reports how long that is, and the lease ends that
+//!   long after the request was *sent*, so before the bucket ends on the server): a unit
+//!   used at `t` is then counted in `t`'s own bucket, and Strict's proof holds as for a
+//!   direct admission. A GCRA lease may be used at any later time (admitting later than
+//!   charged never breaks the arrival-time rule); it ends after `LeaseConfig::max_duration`.
+//! - **Unused units go back** when the lease ends: the next renewal for the key carries the
+//!   release in the same script call, which removes them from the bucket they were charged
+//!   in (as if never admitted); [`RedisLimiter::return_leases`] does it at once.
+//! - **The price** is requests denied elsewhere while units sit unused in leases: at most
+//!   `LeaseConfig::max` per process per key, so `processes × max` in all.
+//! - **Adaptive size.** A key's lease starts at one unit; a lease used up while still valid
+//!   doubles the next one (up to `max`), a lease that ends more than half unused halves it.
+//!   A hot key's leases grow until a round trip feeds many admissions; a cold key's stay
+//!   small, so they hold little.
+//! - **Failures never over-admit.** If a renewal fails or its answer is lost, the old lease's
+//!   units are not given back (the script may have done it already, and giving back twice
+//!   would over-admit): they stay counted until they leave the window, as admissions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::Error;
+use super::limiter::{Degraded, LeaseConfig, Path, RedisDecision, RedisLimiter};
+use super::script::{Call, Op, Ticket};
+use crate::decision::Decision;
+
+/// The leases of one limiter, per key.
+pub(crate) struct Leases {
+    config: LeaseConfig,
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
+    round_trips: AtomicU64,
+    admitted: AtomicU64,
+}
+
+#[derive(Default)]
+struct Held {
+    left: u64,
+    ticket: Ticket,
+    until: Option<Instant>,
+    size: u64,
+}
+
+/// Entries kept before idle ones are swept.
+const SWEEP_ABOVE: usize = 1 << 16;
+
+impl Leases {
+    pub(crate) fn new(config: LeaseConfig, limit: u64) -> Leases {
+        Leases {
+            config: LeaseConfig {
+                max: config.max.clamp(1, limit),
+                ..config
+            },
+            map: Mutex::new(HashMap::new()),
+            round_trips: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+        }
+    }
+
+    /// (round trips to Redis, units admitted) through leases so far.
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        (
+            self.round_trips.load(Ordering::Relaxed),
+            self.admitted.load(Ordering::Relaxed),
+        )
+    }
+
+    fn entry(&self, key: &str) -> Arc<tokio::sync::Mutex<Held>> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = map.get(key) {
+            return e.clone();
+        }
+        if map.len() >= SWEEP_ABOVE {
+            let now = Instant::now();
+            map.retain(|_, e| {
+                Arc::strong_count(e) > 1
+                    || e.try_lock()
+                        .map_or(true, |h| h.until.is_some_and(|u| now < u))
+            });
+        }
+        let e = Arc::new(tokio::sync::Mutex::new(Held::default()));
+        map.insert(key.to_owned(), e.clone());
+        e
+    }
+
+    pub(crate) async fn check(
+        &self,
+        limiter: &RedisLimiter,
+        key: &str,
+        keys: (String, String),
+        n: u64,
+    ) -> Result<RedisDecision, Error> {
+        let entry = self.entry(key);
+        let mut held = entry.lock().await;
+        let now = Instant::now();
+        let valid = held.until.is_some_and(|u| now < u);
+        let limit = limiter.quota().limit();
+        if valid && held.left >= n {
+            held.left -= n;
+            self.admitted.fetch_add(n, Ordering::Relaxed);
+            let until = held.until.map_or(0, |u| {
+                u64::try_from(u.saturating_duration_since(now).as_nanos()).unwrap_or(u64::MAX)
+            });
+            return Ok(RedisDecision::new(
+                Decision::new(true, limit, held.left, 0, until),
+                Path::Lease,
+            ));
+        }
+        held.size = if held.size == 0 {
+            1
+        } else if valid {
+            // Used up while still valid: the key is hot.
+            (held.size * 2).min(self.config.max)
+        } else if held.left > held.size / 2 {
+            (held.size / 2).max(1)
+        } else {
+            held.size
+        };
+        let (back, ticket) = (held.left, held.ticket);
+        held.left = 0;
+        held.until = None;
+        let call = Call {
+            shape: &limiter.inner.shape,
+            keys,
+            n: held.size.max(n),
+            back,
+            ticket,
+            need: n,
+        };
+        let sent = Instant::now();
+        match limiter.run(Op::Lease, &[call]).await {
+            Ok((time, out)) => {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let o = out[0];
+                let mut d = o.decision;
+                if d.is_allowed() {
+                    let granted = o.extra.max(n);
+                    self.admitted.fetch_add(n, Ordering::Relaxed);
+                    held.left = granted - n;
+                    held.ticket = o.ticket;
+                    let most = self.config.max_duration;
+                    let lasts = u64::try_from(o.valid_us)
+                        .map_or(most, |us| most.min(core::time::Duration::from_micros(us)));
+                    held.until = Some(sent + lasts);
+                    d = Decision::new(
+                        true,
+                        limit,
+                        d.remaining() + held.left,
+                        0,
+                        d.reset_after().as_nanos() as u64,
+                    );
+                }
+                let mut r = RedisDecision::new(d, Path::Redis);
+                r.set_server_time(time);
+                Ok(r)
+            }
+            Err(Error::Unavailable(why)) => Ok(limiter.degrade(key, n, false, why)),
+            Err(Error::Redis(_) | Error::Reply(_)) => {
+                Ok(limiter.degrade(key, n, false, Degraded::Failed))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) async fn return_all(&self, limiter: &RedisLimiter) -> Result<(), Error> {
+        let entries: Vec<(String, Arc<tokio::sync::Mutex<Held>>)> = {
+            let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        for (key, entry) in entries {
+            let mut held = entry.lock().await;
+            if held.left == 0 {
+                continue;
+            }
+            let call = Call {
+                shape: &limiter.inner.shape,
+                keys: limiter.keys(&key)?,
+                n: 0,
+                back: held.left,
+                ticket: held.ticket,
+                need: 0,
+            };
+            held.left = 0;
+            held.until = None;
+            limiter.run(Op::Release, &[call]).await?;
+        }
+        Ok(())
+    }
+}
+
+impl RedisLimiter {
+    /// Round trips to Redis made for leases, and units admitted through leases (from Redis
+    /// or locally), since the limiter was built: the first over the second, times 1000, is
+    /// the round trips per 1000 admitted units. `(0, 0)` without leases.
+    pub fn lease_stats(&self) -> (u64, u64) {
+        self.inner.leases.as_ref().map_or((0, 0), Leases::stats)
+    }
+}

@@ -1,0 +1,541 @@
+//! [`RedisLimiter`]: the quota of one limiter, shared through Redis by every process.
+
+use core::fmt;
+use core::time::Duration;
+use std::sync::{Arc, Mutex};
+
+use super::breaker::{Breaker, Pass};
+use super::conn::Connection;
+use super::script::{self, Call, Op, Outcome, Shape, Ticket};
+use super::{Error, lease};
+use crate::clock::Clock;
+use crate::decision::{CostError, Decision};
+use crate::keyed::KeyedLimiter;
+use crate::quota::Quota;
+
+/// What a [`RedisLimiter`] does when Redis cannot decide within the deadline (slow, down,
+/// failing over) or while its circuit breaker is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Admit every request (fail open): availability over the limit.
+    Allow,
+    /// Deny every request (fail closed): the limit over availability.
+    Deny,
+    /// Decide with this quota, counted in this process alone: with `P` processes, up to
+    /// `P ×` its limit pass in a window while Redis is away. Set it to the shared limit
+    /// divided by the number of processes to keep the total near the shared limit.
+    Local(Quota),
+}
+
+/// Which path made a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// The script on the Redis server.
+    Redis,
+    /// A lease this process holds (see [`RedisLimiterBuilder::leases`]).
+    Lease,
+    /// [`Policy::Local`]: the local fallback quota, Redis being unavailable.
+    Fallback,
+    /// [`Policy::Allow`], Redis being unavailable.
+    PolicyAllow,
+    /// [`Policy::Deny`], Redis being unavailable.
+    PolicyDeny,
+}
+
+/// Why Redis did not decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Degraded {
+    /// No answer within the deadline.
+    Deadline,
+    /// The server answered with an error, or the connection failed.
+    Failed,
+    /// The circuit breaker was open: Redis was not asked.
+    BreakerOpen,
+}
+
+/// The answer of a [`RedisLimiter`]: a [`Decision`], and which path made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a rate-limit decision does nothing unless `is_allowed` is consulted"]
+pub struct RedisDecision {
+    decision: Decision,
+    path: Path,
+    degraded: Option<Degraded>,
+    server_time: u64,
+}
+
+impl RedisDecision {
+    pub(crate) fn new(decision: Decision, path: Path) -> RedisDecision {
+        RedisDecision {
+            decision,
+            path,
+            degraded: None,
+            server_time: 0,
+        }
+    }
+
+    pub(crate) fn set_server_time(&mut self, micros: u64) {
+        self.server_time = micros;
+    }
+
+    /// The decision: allowed or not, `remaining`, `retry_after`, `reset_after`, as a local
+    /// limiter's. A decision of [`Policy::Allow`] or [`Policy::Deny`] reports `remaining` 0
+    /// and, when denied, a `retry_after` of the breaker's cool-down.
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Whether the request was admitted (and charged).
+    pub fn is_allowed(&self) -> bool {
+        self.decision.is_allowed()
+    }
+
+    /// See [`Decision::remaining`]; for a lease, what this process's lease has left.
+    pub fn remaining(&self) -> u64 {
+        self.decision.remaining()
+    }
+
+    /// See [`Decision::retry_after`].
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.decision.retry_after()
+    }
+
+    /// See [`Decision::reset_after`].
+    pub fn reset_after(&self) -> Duration {
+        self.decision.reset_after()
+    }
+
+    /// The quota's limit.
+    pub fn limit(&self) -> u64 {
+        self.decision.limit()
+    }
+
+    /// Which path made the decision.
+    pub fn path(&self) -> Path {
+        self.path
+    }
+
+    /// Why Redis did not decide, if it did not.
+    pub fn degraded(&self) -> Option<Degraded> {
+        self.degraded
+    }
+
+    /// The time the script judged at, in microseconds since the Unix epoch (the server's
+    /// `TIME`, or the test clock's reading), for decisions Redis made; 0 otherwise.
+    pub fn server_time_micros(&self) -> u64 {
+        self.server_time
+    }
+}
+
+/// Leases: how large a slice of a key's window one process may take at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// The largest lease, in units of cost. Each process can hold up to this much of a key's
+    /// window unused, so requests elsewhere are denied for at most `processes × max` units
+    /// that sit in leases.
+    pub max: u64,
+    /// The longest a lease is held, for GCRA (counter leases end with their bucket).
+    pub max_duration: Duration,
+}
+
+/// A limit on every key, shared through Redis by every process that builds a `RedisLimiter`
+/// with the same quota and prefix.
+///
+/// Cheap to clone (the clones share the connection, the breaker and the leases). See the
+/// [module documentation](super) for the guarantees and the failure modes.
+#[derive(Clone)]
+pub struct RedisLimiter {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) conn: Connection,
+    pub(crate) shape: Shape,
+    prefix: String,
+    pub(crate) script: redis::Script,
+    deadline: Duration,
+    pub(crate) breaker: Breaker,
+    policy: Policy,
+    pub(crate) fallback: Option<KeyedLimiter<String>>,
+    clock: Option<Arc<dyn Clock>>,
+    ttl_slack_ms: u64,
+    max_key_len: usize,
+    pub(crate) leases: Option<lease::Leases>,
+    last_error: Mutex<Option<String>>,
+}
+
+/// Builds a [`RedisLimiter`]; see [`RedisLimiter::builder`].
+pub struct RedisLimiterBuilder {
+    quota: Quota,
+    prefix: Option<String>,
+    deadline: Duration,
+    cooldown: Duration,
+    policy: Policy,
+    clock: Option<Arc<dyn Clock>>,
+    ttl_slack: Duration,
+    max_key_len: usize,
+    leases: Option<LeaseConfig>,
+}
+
+impl fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("quota", &self.inner.shape.quota)
+            .field("prefix", &self.inner.prefix)
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisLimiter {
+    /// A builder for a limiter of `quota`; [`RedisLimiterBuilder::build`] takes the
+    /// connection.
+    pub fn builder(quota: Quota) -> RedisLimiterBuilder {
+        RedisLimiterBuilder {
+            quota,
+            prefix: None,
+            deadline: Duration::from_millis(50),
+            cooldown: Duration::from_millis(250),
+            policy: Policy::Deny,
+            clock: None,
+            ttl_slack: Duration::from_secs(1),
+            max_key_len: 4096,
+            leases: None,
+        }
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.inner.shape.quota
+    }
+
+    /// The prefix of every Redis key this limiter writes.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The Redis keys that hold `key`'s state (a hash and a sorted set; GCRA uses the hash
+    /// alone).
+    pub fn redis_keys(&self, key: &str) -> Result<(String, String), Error> {
+        self.keys(key)
+    }
+
+    /// The last error Redis gave (or the deadline passing), for logs and health checks.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Whether the circuit breaker is open now (Redis is being left alone).
+    pub fn is_degraded(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
+    /// Checks one unit for `key`: [`check_n`](RedisLimiter::check_n) with a cost of 1.
+    pub async fn check(&self, key: &str) -> Result<RedisDecision, Error> {
+        self.check_n(key, 1).await
+    }
+
+    /// Checks cost `n` for `key` and charges it if admitted: one round trip to Redis (or
+    /// none, from a lease), within the deadline, or the policy's answer.
+    ///
+    /// Errors only for input no wait can fix: a cost of zero or above the limit, a key that
+    /// is empty or too long.
+    pub async fn check_n(&self, key: &str, n: u64) -> Result<RedisDecision, Error> {
+        self.validate(n)?;
+        let keys = self.keys(key)?;
+        if let Some(leases) = &self.inner.leases {
+            return leases.check(self, key, keys, n).await;
+        }
+        self.decide(key, keys, n, Op::Check).await
+    }
+
+    /// Judges cost 1 for `key` without charging anything.
+    pub async fn peek(&self, key: &str) -> Result<RedisDecision, Error> {
+        let keys = self.keys(key)?;
+        self.decide(key, keys, 1, Op::Peek).await
+    }
+
+    /// Gives back room for up to `n` units admitted earlier for `key` (a request that failed
+    /// upstream): the window counts up to `n` fewer units from now on, the oldest it counts
+    /// (GCRA: its arrival time moves back by `n` intervals, not before now), as a local
+    /// limiter's `refund`. Returns how many units were freed. Redis being unavailable is an
+    /// error here: there is no policy for a refund.
+    pub async fn refund(&self, key: &str, n: u64) -> Result<u64, Error> {
+        let keys = self.keys(key)?;
+        let call = Call {
+            shape: &self.inner.shape,
+            keys,
+            n,
+            back: 0,
+            ticket: Ticket::default(),
+            need: 0,
+        };
+        let (_, out) = self.run(Op::Refund, &[call]).await?;
+        Ok(out[0].extra)
+    }
+
+    /// Gives back every lease this process holds (their unused units go back to the shared
+    /// window at once): call it before a process exits, or leases end on their own, their
+    /// unused units counted until they leave the window.
+    pub async fn return_leases(&self) -> Result<(), Error> {
+        match &self.inner.leases {
+            Some(l) => l.return_all(self).await,
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn validate(&self, n: u64) -> Result<(), Error> {
+        let limit = self.inner.shape.quota.limit();
+        match n {
+            0 => Err(Error::Cost(CostError::Zero)),
+            n if n > limit => Err(Error::Cost(CostError::ExceedsLimit { cost: n, limit })),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn keys(&self, key: &str) -> Result<(String, String), Error> {
+        if key.len() > self.inner.max_key_len {
+            return Err(Error::Key(format!(
+                "a key of {} bytes is longer than the {} this limiter accepts (RedisLimiterBuilder::max_key_len)",
+                key.len(),
+                self.inner.max_key_len
+            )));
+        }
+        script::keys(&self.inner.prefix, key)
+    }
+
+    /// One script call, with the deadline and the breaker; an error if Redis did not decide.
+    pub(crate) async fn run(
+        &self,
+        op: Op,
+        calls: &[Call<'_>],
+    ) -> Result<(u64, Vec<Outcome>), Error> {
+        let pass = self.inner.breaker.pass();
+        if pass == Pass::Open {
+            return Err(Error::Unavailable(Degraded::BreakerOpen));
+        }
+        match tokio::time::timeout(self.inner.deadline, self.call(op, calls)).await {
+            Ok(Ok(out)) => {
+                self.inner.breaker.success(pass);
+                Ok(out)
+            }
+            Ok(Err(e)) => {
+                self.inner.breaker.failure(pass);
+                self.note(e.to_string());
+                Err(e)
+            }
+            Err(_) => {
+                self.inner.breaker.failure(pass);
+                self.note(format!(
+                    "no answer within the deadline of {:?}",
+                    self.inner.deadline
+                ));
+                Err(Error::Unavailable(Degraded::Deadline))
+            }
+        }
+    }
+
+    fn note(&self, e: String) {
+        if let Ok(mut last) = self.inner.last_error.lock() {
+            *last = Some(e);
+        }
+    }
+
+    /// The script call itself: EVALSHA, and EVAL (which caches the script again) when the
+    /// server answers NOSCRIPT — after a restart, a failover or a `SCRIPT FLUSH`. EVAL runs the
+    /// script it carries, so a flush between the two cannot fail the call.
+    async fn call(&self, op: Op, calls: &[Call<'_>]) -> Result<(u64, Vec<Outcome>), Error> {
+        let now = self.inner.clock.as_ref().map(|c| c.now().as_u64() / 1000);
+        let inv = script::Invocation::new(op, now, self.inner.ttl_slack_ms, calls);
+        let mut conn = self.inner.conn.clone();
+        let reply: Vec<i64> = match inv
+            .cmd(Some(self.inner.script.get_hash()))
+            .query_async(&mut conn)
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                inv.cmd(None).query_async(&mut conn).await?
+            }
+            r => r?,
+        };
+        let shapes: Vec<&Shape> = calls.iter().map(|c| c.shape).collect();
+        script::parse(&reply, &shapes)
+    }
+
+    /// A single-limit decision through Redis, or the policy's.
+    async fn decide(
+        &self,
+        key: &str,
+        keys: (String, String),
+        n: u64,
+        op: Op,
+    ) -> Result<RedisDecision, Error> {
+        let call = Call {
+            shape: &self.inner.shape,
+            keys,
+            n,
+            back: 0,
+            ticket: Ticket::default(),
+            need: 0,
+        };
+        match self.run(op, &[call]).await {
+            Ok((time, out)) => Ok(RedisDecision {
+                decision: out[0].decision,
+                path: Path::Redis,
+                degraded: None,
+                server_time: time,
+            }),
+            Err(Error::Unavailable(why)) => Ok(self.degrade(key, n, op == Op::Peek, why)),
+            Err(e @ Error::Redis(_)) | Err(e @ Error::Reply(_)) => {
+                let _ = e;
+                Ok(self.degrade(key, n, op == Op::Peek, Degraded::Failed))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The policy's decision for cost `n` on `key`.
+    pub(crate) fn degrade(&self, key: &str, n: u64, peek: bool, why: Degraded) -> RedisDecision {
+        let limit = self.inner.shape.quota.limit();
+        let (decision, path) = match (&self.inner.policy, &self.inner.fallback) {
+            (Policy::Local(_), Some(local)) => {
+                let key = key.to_owned();
+                let d = if peek {
+                    local.peek(&key)
+                } else {
+                    // The cost was validated against the shared limit; the fallback's may be
+                    // lower, and a cost above it is a denial there, not an error.
+                    local.check_n(&key, n).unwrap_or_else(|_| {
+                        Decision::new(false, limit, 0, crate::decision::NEVER, 0)
+                    })
+                };
+                (d, Path::Fallback)
+            }
+            (Policy::Allow, _) => (Decision::new(true, limit, 0, 0, 0), Path::PolicyAllow),
+            _ => {
+                let wait =
+                    u64::try_from(self.inner.breaker.cooldown().as_nanos()).unwrap_or(u64::MAX);
+                (
+                    Decision::new(false, limit, 0, wait.max(1), 0),
+                    Path::PolicyDeny,
+                )
+            }
+        };
+        RedisDecision {
+            decision,
+            path,
+            degraded: Some(why),
+            server_time: 0,
+        }
+    }
+}
+
+impl RedisLimiterBuilder {
+    /// The prefix of every Redis key the limiter writes (no braces). By default
+    /// `slidegate:<limit>/<window µs>/<granularity µs>/<mode>:`, so limiters of different
+    /// quotas never share state; name it (`"api:"`) to keep the state across a change of
+    /// quota.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How long a decision may wait for Redis before the policy decides (default 50 ms).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// How long the circuit breaker leaves Redis alone after a failed decision before one
+    /// decision probes it again (default 250 ms).
+    pub fn cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = cooldown;
+        self
+    }
+
+    /// What decides while Redis cannot (default [`Policy::Deny`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Local-first leases: each process takes slices of a key's window from Redis and admits
+    /// from them without a round trip (see the module documentation). Not for
+    /// [`Mode::ExactLog`](crate::Mode::ExactLog), which counts each unit at its own time.
+    pub fn leases(mut self, config: LeaseConfig) -> Self {
+        self.leases = Some(config);
+        self
+    }
+
+    /// Judges at this clock's time (in whole microseconds) instead of the server's `TIME`:
+    /// for deterministic tests only. Keys then live at least an hour, as the test's time and
+    /// the server's need not agree.
+    pub fn test_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self.ttl_slack = Duration::from_secs(3600);
+        self
+    }
+
+    /// How much longer than its window a key lives in Redis after its last write (default
+    /// 1 s): the TTL is the time until the key's window is empty plus this slack.
+    pub fn ttl_slack(mut self, slack: Duration) -> Self {
+        self.ttl_slack = slack;
+        self
+    }
+
+    /// The longest key accepted, in bytes (default 4096); a longer one is an
+    /// [`Error::Key`]. Redis takes keys up to 512 MB, each sent on every decision.
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.max_key_len = bytes;
+        self
+    }
+
+    /// The limiter, deciding through `conn`.
+    pub fn build(self, conn: &Connection) -> Result<RedisLimiter, Error> {
+        let shape = Shape::of(self.quota)?;
+        let q = self.quota;
+        let prefix = self.prefix.unwrap_or_else(|| {
+            format!(
+                "slidegate:{}/{}/{}/{:?}:",
+                q.limit(),
+                q.window_nanos() / 1000,
+                q.granularity_nanos() / 1000,
+                q.mode()
+            )
+        });
+        if prefix.contains(['{', '}']) {
+            return Err(Error::Key(format!(
+                "the prefix {prefix:?} must not hold braces: they would move the hash tag"
+            )));
+        }
+        let fallback = match self.policy {
+            Policy::Local(q) => Some(KeyedLimiter::builder(q).max_keys(1 << 20).build()),
+            _ => None,
+        };
+        let leases = match self.leases {
+            Some(_) if !shape.leases() => {
+                return Err(Error::Quota(
+                    "leases need a bucketed quota (Strict, Weighted, fixed window or GCRA), not the exact log".into(),
+                ));
+            }
+            Some(c) => Some(lease::Leases::new(c, q.limit())),
+            None => None,
+        };
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                conn: conn.clone(),
+                shape,
+                prefix,
+                script: redis::Script::new(script::SOURCE),
+                deadline: self.deadline,
+                breaker: Breaker::new(self.cooldown),
+                policy: self.policy,
+                fallback,
+                clock: self.clock,
+                ttl_slack_ms: u64::try_from(self.ttl_slack.as_millis()).unwrap_or(u64::MAX),
+                max_key_len: self.max_key_len,
+                leases,
+                last_error: Mutex::new(None),
+            }),
+        })
+    }
+}
