@@ -41,6 +41,10 @@ impl Connection {
     /// clear [`Error::Connect`] if the server cannot be reached, refuses the credentials or
     /// does not speak Redis; after that, reconnects by itself whenever the server comes back.
     pub async fn open(url: &str) -> Result<Connection, Error> {
+        within(url, Connection::open_now(url)).await
+    }
+
+    async fn open_now(url: &str) -> Result<Connection, Error> {
         let client = redis::Client::open(url).map_err(|e| Error::connect(url, e))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -64,6 +68,10 @@ impl Connection {
     /// password in each URL if the cluster needs one); the client learns the slot map from
     /// them.
     pub async fn open_cluster(nodes: &[&str]) -> Result<Connection, Error> {
+        within(&nodes.join(", "), Connection::open_cluster_now(nodes)).await
+    }
+
+    async fn open_cluster_now(nodes: &[&str]) -> Result<Connection, Error> {
         let all = nodes.join(", ");
         let client = ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(CONNECT_TIMEOUT)
@@ -103,6 +111,24 @@ impl Connection {
                 "the server answered PING with something other than PONG",
             )))
         }
+    }
+}
+
+/// `open` bounded by twice the connect timeout: a server that accepts and never answers
+/// would otherwise hold the handshake forever.
+async fn within(
+    url: &str,
+    open: impl Future<Output = Result<Connection, Error>>,
+) -> Result<Connection, Error> {
+    match tokio::time::timeout(2 * CONNECT_TIMEOUT, open).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::connect(
+            url,
+            redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "no answer to the handshake: is this a Redis server?",
+            )),
+        )),
     }
 }
 

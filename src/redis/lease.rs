@@ -19,6 +19,10 @@
 //!   doubles the next one (up to `max`), a lease that ends more than half unused halves it.
 //!   A hot key's leases grow until a round trip feeds many admissions; a cold key's stay
 //!   small, so they hold little.
+//! - **Denials are remembered.** A denial from Redis says no cost of that size fits before its
+//!   `retry_after`; until then the process denies such costs locally (only a refund or a
+//!   returned lease elsewhere could free room earlier, which is then found at the next
+//!   round trip), so an overloaded key costs no round trip per request either.
 //! - **Failures never over-admit.** If a renewal fails or its answer is lost, the old lease's
 //!   units are not given back (the script may have done it already, and giving back twice
 //!   would over-admit): they stay counted until they leave the window, as admissions.
@@ -48,6 +52,9 @@ struct Held {
     ticket: Ticket,
     until: Option<Instant>,
     size: u64,
+    /// The last denial from Redis: no cost of at least `denied_n` fits before this time.
+    denied_until: Option<Instant>,
+    denied_n: u64,
 }
 
 /// Entries kept before idle ones are swept.
@@ -104,6 +111,13 @@ impl Leases {
         let now = Instant::now();
         let valid = held.until.is_some_and(|u| now < u);
         let limit = limiter.quota().limit();
+        if let Some(until) = held.denied_until.filter(|&u| now < u && n >= held.denied_n) {
+            let wait = u64::try_from(until.duration_since(now).as_nanos()).unwrap_or(u64::MAX);
+            return Ok(RedisDecision::new(
+                Decision::new(false, limit, 0, wait.max(1), wait),
+                Path::Lease,
+            ));
+        }
         if valid && held.left >= n {
             held.left -= n;
             self.admitted.fetch_add(n, Ordering::Relaxed);
@@ -158,6 +172,12 @@ impl Leases {
                         0,
                         d.reset_after().as_nanos() as u64,
                     );
+                    held.denied_until = None;
+                } else if let Some(wait) = d.retry_after() {
+                    // Nothing of cost `n` or more fits before then, unless a refund or a
+                    // returned lease frees room: deny locally until then.
+                    held.denied_until = Some(sent + wait);
+                    held.denied_n = n;
                 }
                 let mut r = RedisDecision::new(d, Path::Redis);
                 r.set_server_time(time);

@@ -1,0 +1,577 @@
+//! The Redis backend on a real single `redis-server`: several limits at once, many callers
+//! on few connections, TTLs, clients with skewed clocks in several processes, leases, the
+//! degraded mode under SIGSTOP, kill and restart, a flushed script cache, and bad input.
+#![cfg(feature = "redis")]
+
+mod common;
+mod redis_server;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_server::Server;
+use slidegate::redis::{
+    Connection, Degraded, Error, LeaseConfig, Path, Policy, RedisLimiter, check_all,
+};
+use slidegate::{Mode, Quota};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn quota(limit: u64, window: Duration) -> Quota {
+    Quota::new(limit, window).unwrap()
+}
+
+#[test]
+fn several_limits_are_charged_all_or_none() {
+    let server = Server::start();
+    rt().block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        let users = RedisLimiter::builder(quota(2, Duration::from_secs(60)))
+            .prefix("u:")
+            .build(&conn)
+            .unwrap();
+        let tenants = RedisLimiter::builder(quota(3, Duration::from_secs(60)))
+            .prefix("t:")
+            .build(&conn)
+            .unwrap();
+        let hourly = RedisLimiter::builder(
+            quota(1000, Duration::from_secs(3600)).with_mode(Mode::ExactLog),
+        )
+        .prefix("h:")
+        .build(&conn)
+        .unwrap();
+        let request = |user: &'static str| {
+            let (users, tenants, hourly) = (&users, &tenants, &hourly);
+            async move { check_all(&[(users, user, 1), (tenants, "t7", 1), (hourly, "all", 1)]).await }
+        };
+        assert!(request("alice").await.unwrap().is_allowed());
+        assert!(request("alice").await.unwrap().is_allowed());
+        let d = request("alice").await.unwrap();
+        assert_eq!(d.denied_by(), Some(0), "alice's 2 a minute");
+        assert!(d.retry_after().unwrap() > Duration::from_secs(50));
+        assert!(request("bob").await.unwrap().is_allowed());
+        assert_eq!(request("carol").await.unwrap().denied_by(), Some(1), "tenant's 3");
+        // The denied requests charged nothing anywhere.
+        assert_eq!(hourly.peek("all").await.unwrap().remaining(), 997);
+        assert_eq!(users.peek("carol").await.unwrap().remaining(), 2);
+        // One limit listed twice is charged the sum; a sum above the limit is an error.
+        assert!(matches!(
+            check_all(&[(&users, "dave", 2), (&users, "dave", 1)]).await,
+            Err(Error::Cost(_))
+        ));
+        assert!(check_all(&[(&users, "dave", 1), (&users, "dave", 1)]).await.unwrap().is_allowed());
+        assert!(!users.peek("dave").await.unwrap().is_allowed());
+        assert_eq!(server.cli(&["SCRIPT", "EXISTS", "x"]).unwrap().trim(), "0");
+    });
+}
+
+#[test]
+fn a_thousand_concurrent_requests_share_one_connection() {
+    let server = Server::start();
+    rt().block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        let limiter = RedisLimiter::builder(quota(500, Duration::from_secs(60)))
+            .deadline(Duration::from_secs(10))
+            .build(&conn)
+            .unwrap();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let peak = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..1000 {
+            let (limiter, admitted, peak) = (limiter.clone(), admitted.clone(), peak.clone());
+            let port = server.port;
+            tasks.push(tokio::spawn(async move {
+                let d = limiter.check("shared").await.unwrap();
+                assert_eq!(d.path(), Path::Redis);
+                if d.is_allowed() {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+                if i == 500 {
+                    let out = Command::new("redis-cli")
+                        .args(["-p", &port.to_string(), "INFO", "clients"])
+                        .output()
+                        .unwrap();
+                    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+                    let n: u64 = s
+                        .lines()
+                        .find_map(|l| l.strip_prefix("connected_clients:"))
+                        .unwrap()
+                        .trim()
+                        .parse()
+                        .unwrap();
+                    peak.store(n, Ordering::Relaxed);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 500);
+        // The limiter's one connection, and redis-cli's own.
+        assert_eq!(peak.load(Ordering::Relaxed), 2);
+    });
+}
+
+#[test]
+fn every_key_has_a_ttl_and_the_database_empties_once_the_windows_pass() {
+    let server = Server::start();
+    rt().block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        for (i, mode) in common::MODES.iter().enumerate() {
+            let q = quota(5, Duration::from_millis(1000))
+                .with_granularity(Duration::from_millis(1000))
+                .unwrap()
+                .with_mode(*mode);
+            let limiter = RedisLimiter::builder(q)
+                .prefix(format!("ttl{i}:"))
+                .ttl_slack(Duration::from_millis(10))
+                .build(&conn)
+                .unwrap();
+            for k in ["a", "b", "{t}:c"] {
+                for _ in 0..7 {
+                    let _ = limiter.check(k).await.unwrap();
+                }
+                assert_eq!(limiter.refund(k, 1).await.unwrap(), 1);
+            }
+        }
+    });
+    let keys = server.cli(&["--scan"]).unwrap();
+    let keys: Vec<&str> = keys.lines().collect();
+    // Counter and log keys have a hash and a sorted set, GCRA a hash: 3·(2·4 + 1).
+    assert_eq!(keys.len(), 27, "{keys:?}");
+    for k in &keys {
+        let ttl: i64 = server.cli(&["PTTL", k]).unwrap().trim().parse().unwrap();
+        assert!(ttl > 0 && ttl <= 2 * 1000 + 10 + 2, "{k}: pttl {ttl}");
+    }
+    // Twice the window plus the slack: every key gone (polled, not slept on).
+    let start = Instant::now();
+    while server.dbsize() != 0 && start.elapsed() < Duration::from_secs(6) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.dbsize(), 0);
+}
+
+/// Three client processes, two of them with clocks 5 s ahead and 5 s behind (libfaketime),
+/// 64 tasks each on one key: no interval of the window's length holds more than the limit
+/// among the admissions' server times, and the limit is reached.
+#[test]
+fn processes_with_skewed_clocks_share_one_limit() {
+    let server = Server::start();
+    let exe = std::env::current_exe().unwrap();
+    let client = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("examples/redis_client");
+    assert!(
+        client.exists(),
+        "{} is built by cargo test",
+        client.display()
+    );
+    let (limit, window_ms) = (50u64, 200u64);
+    let children: Vec<_> = ["+5s", "-5s", ""]
+        .iter()
+        .map(|skew| {
+            let mut cmd = if skew.is_empty() {
+                Command::new(&client)
+            } else {
+                let mut c = Command::new("faketime");
+                c.args(["-f", skew]).arg(&client);
+                c
+            };
+            cmd.args([
+                &server.url(),
+                "skew:",
+                &limit.to_string(),
+                &window_ms.to_string(),
+                "20",
+                "64",
+                "700",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("faketime and the example run (apt-get install -y faketime)")
+        })
+        .collect();
+    let mut clocks = Vec::new();
+    let mut admitted: Vec<(u64, u64)> = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            match line.strip_prefix("clock ") {
+                Some(t) => clocks.push(t.parse::<i64>().unwrap()),
+                None => admitted.push((line.parse::<u64>().unwrap(), 1)),
+            }
+        }
+    }
+    // The clocks really were 5 s apart.
+    assert!(
+        (clocks[0] - clocks[1] - 10_000_000).abs() < 2_000_000,
+        "{clocks:?}"
+    );
+    let worst = common::worst_window(&mut admitted, window_ms * 1000);
+    assert!(worst <= limit, "{worst} admitted in one window");
+    assert_eq!(worst, limit, "the limit is reached under this load");
+}
+
+#[test]
+fn a_flushed_script_cache_never_reaches_a_caller() {
+    let server = Server::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (stop, port) = (stop.clone(), server.port);
+        std::thread::spawn(move || {
+            let mut flushes = 0;
+            while !stop.load(Ordering::Relaxed) {
+                Command::new("redis-cli")
+                    .args(["-p", &port.to_string(), "SCRIPT", "FLUSH"])
+                    .output()
+                    .unwrap();
+                flushes += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            flushes
+        })
+    };
+    let admitted = rt().block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        let limiter = RedisLimiter::builder(quota(1000, Duration::from_secs(60)))
+            .deadline(Duration::from_secs(5))
+            .build(&conn)
+            .unwrap();
+        let mut admitted = 0;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(1200) {
+            let d = limiter.check("k").await.unwrap();
+            assert_eq!(d.path(), Path::Redis, "{:?}", limiter.last_error());
+            admitted += u64::from(d.is_allowed());
+        }
+        let peek = limiter.peek("k").await.unwrap();
+        assert_eq!(peek.remaining(), 1000 - admitted.min(1000));
+        admitted
+    });
+    stop.store(true, Ordering::Relaxed);
+    assert!(flusher.join().unwrap() >= 10);
+    assert!(admitted > 0);
+}
+
+/// SIGSTOP, then kill, then restart: every decision returns within the deadline plus 5 ms,
+/// the policy decides meanwhile (and the breaker spares the dead server), and Redis decides
+/// again within a second of coming back.
+#[test]
+fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
+    let mut server = Server::start();
+    let rt = rt();
+    let deadline = Duration::from_millis(50);
+    let conn = rt.block_on(Connection::open(&server.url())).unwrap();
+    let limiter = RedisLimiter::builder(quota(1_000_000, Duration::from_secs(60)))
+        .deadline(deadline)
+        .cooldown(Duration::from_millis(100))
+        .policy(Policy::Local(quota(3, Duration::from_secs(60))))
+        .build(&conn)
+        .unwrap();
+    // Runs 4 tasks × `n` checks; returns (slowest decision, paths seen).
+    let burst = |n: usize| {
+        let limiter = limiter.clone();
+        rt.block_on(async move {
+            let mut tasks = Vec::new();
+            for t in 0..4 {
+                let limiter = limiter.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut worst = Duration::ZERO;
+                    let mut paths = Vec::new();
+                    for _ in 0..n {
+                        let start = Instant::now();
+                        let d = limiter.check(&format!("k{t}")).await.unwrap();
+                        worst = worst.max(start.elapsed());
+                        paths.push((d.path(), d.degraded(), d.is_allowed()));
+                    }
+                    (worst, paths)
+                }));
+            }
+            let mut worst = Duration::ZERO;
+            let mut paths = Vec::new();
+            for t in tasks {
+                let (w, p) = t.await.unwrap();
+                worst = worst.max(w);
+                paths.extend(p);
+            }
+            (worst, paths)
+        })
+    };
+    let (_, paths) = burst(5);
+    assert!(paths.iter().all(|p| p.0 == Path::Redis));
+
+    let recovers = |what: &str| {
+        let start = Instant::now();
+        loop {
+            let (_, paths) = burst(1);
+            if paths.iter().all(|p| p.0 == Path::Redis) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "no recovery after {what}"
+            );
+        }
+    };
+
+    server.pause();
+    let (worst, paths) = burst(20);
+    server.resume();
+    assert!(
+        worst <= deadline + Duration::from_millis(5),
+        "a decision took {worst:?}"
+    );
+    assert!(paths.iter().all(|p| p.0 == Path::Fallback));
+    assert!(paths.iter().any(|p| p.1 == Some(Degraded::Deadline)));
+    assert!(
+        paths.iter().any(|p| p.1 == Some(Degraded::BreakerOpen)),
+        "the breaker spared the server"
+    );
+    // The fallback quota of 3 per key held.
+    assert_eq!(paths.iter().filter(|p| p.2).count(), 4 * 3);
+    recovers("SIGCONT");
+
+    server.kill();
+    let (worst, paths) = burst(10);
+    assert!(
+        worst <= deadline + Duration::from_millis(5),
+        "a decision took {worst:?}"
+    );
+    assert!(paths.iter().all(|p| p.0 == Path::Fallback));
+    server.restart();
+    recovers("restart");
+    assert!(limiter.last_error().is_some());
+}
+
+#[test]
+fn policies_allow_and_deny_decide_while_redis_is_down() {
+    let mut server = Server::start();
+    rt().block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        let build = |p| {
+            RedisLimiter::builder(quota(1, Duration::from_secs(60)))
+                .deadline(Duration::from_millis(30))
+                .cooldown(Duration::from_secs(3600))
+                .policy(p)
+                .build(&conn)
+                .unwrap()
+        };
+        let (allow, deny) = (build(Policy::Allow), build(Policy::Deny));
+        assert!(allow.check("a").await.unwrap().is_allowed());
+        assert!(!allow.check("a").await.unwrap().is_allowed());
+        server.kill();
+        for _ in 0..3 {
+            let d = allow.check("a").await.unwrap();
+            assert!(d.is_allowed());
+            assert_eq!(d.path(), Path::PolicyAllow);
+            let d = deny.check("b").await.unwrap();
+            assert!(!d.is_allowed());
+            assert_eq!(d.path(), Path::PolicyDeny);
+        }
+        assert!(allow.is_degraded());
+        assert_eq!(
+            allow.check("a").await.unwrap().degraded(),
+            Some(Degraded::BreakerOpen)
+        );
+        assert!(matches!(
+            allow.refund("a", 1).await,
+            Err(Error::Unavailable(_))
+        ));
+    });
+}
+
+/// Three processes' worth of leasing limiters on one hot key: the shared limit holds
+/// exactly, round trips stay under 100 per 1000 admitted, and what leases held unused is
+/// given back.
+#[test]
+fn leases_keep_the_limit_exact_and_save_round_trips() {
+    let server = Server::start();
+    rt().block_on(async {
+        let q = quota(20_000, Duration::from_secs(600))
+            .with_granularity(Duration::from_secs(600))
+            .unwrap();
+        let max = 200;
+        let mut procs = Vec::new();
+        for _ in 0..3 {
+            let conn = Connection::open(&server.url()).await.unwrap();
+            procs.push(
+                RedisLimiter::builder(q)
+                    .prefix("lease:")
+                    .deadline(Duration::from_secs(5))
+                    .leases(LeaseConfig {
+                        max,
+                        max_duration: Duration::from_secs(1),
+                    })
+                    .build(&conn)
+                    .unwrap(),
+            );
+        }
+        let mut tasks = Vec::new();
+        for p in &procs {
+            for _ in 0..16 {
+                let p = p.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..600 {
+                        if p.check("hot").await.unwrap().is_allowed() {
+                            admitted += 1;
+                        }
+                    }
+                    admitted
+                }));
+            }
+        }
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += t.await.unwrap();
+        }
+        // 28 800 asked of a limit of 20 000: the limit is reached less what leases hold.
+        assert!(admitted <= 20_000);
+        assert!(admitted >= 20_000 - 3 * max, "{admitted}");
+        let (trips, leased) = procs
+            .iter()
+            .map(|p| p.lease_stats())
+            .fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1));
+        assert_eq!(leased, admitted);
+        assert!(
+            trips * 1000 <= 100 * leased,
+            "{trips} round trips for {leased}"
+        );
+        for p in &procs {
+            p.return_leases().await.unwrap();
+        }
+        let plain = RedisLimiter::builder(q)
+            .prefix("lease:")
+            .build(&Connection::open(&server.url()).await.unwrap())
+            .unwrap();
+        assert_eq!(
+            plain.peek("hot").await.unwrap().remaining(),
+            20_000 - admitted
+        );
+        // The exact log cannot lease.
+        assert!(
+            RedisLimiter::builder(q.with_mode(Mode::ExactLog))
+                .leases(LeaseConfig {
+                    max,
+                    max_duration: Duration::from_secs(1)
+                })
+                .build(&Connection::open(&server.url()).await.unwrap())
+                .is_err()
+        );
+    });
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let rt = rt();
+    // Unreachable: nothing listens on a free port.
+    let port = redis_server::free_port();
+    let err = rt
+        .block_on(Connection::open(&format!("redis://127.0.0.1:{port}")))
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+    assert!(rt.block_on(Connection::open("not a url")).is_err());
+
+    // A wrong password.
+    let server = Server::with_args(&["--requirepass", "sesame"]);
+    let err = rt
+        .block_on(Connection::open(&format!(
+            "redis://:wrong@127.0.0.1:{}",
+            server.port
+        )))
+        .err()
+        .unwrap();
+    assert!(err.to_string().to_lowercase().contains("pass"), "{err}");
+    let conn = rt
+        .block_on(Connection::open(&format!(
+            "redis://:sesame@127.0.0.1:{}",
+            server.port
+        )))
+        .unwrap();
+
+    // Something that is not Redis: an HTTP server, and one that never answers.
+    for reply in [&b"HTTP/1.1 400 Bad Request\r\n\r\n"[..], b""] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let reply = reply.to_vec();
+        std::thread::spawn(move || {
+            for s in listener.incoming().take(4) {
+                let Ok(mut s) = s else { continue };
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                if !reply.is_empty() {
+                    let _ = s.write_all(&reply);
+                } else {
+                    std::thread::sleep(Duration::from_secs(6));
+                }
+            }
+        });
+        let start = Instant::now();
+        let err = rt
+            .block_on(Connection::open(&format!("redis://127.0.0.1:{port}")))
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Connect { .. }), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    rt.block_on(async {
+        let limiter = RedisLimiter::builder(quota(5, Duration::from_secs(1)))
+            .build(&conn)
+            .unwrap();
+        // A key of 1 MB: refused by default, accepted when allowed.
+        let big = "x".repeat(1 << 20);
+        assert!(matches!(limiter.check(&big).await, Err(Error::Key(_))));
+        let roomy = RedisLimiter::builder(quota(5, Duration::from_secs(1)))
+            .max_key_len(2 << 20)
+            .build(&conn)
+            .unwrap();
+        assert!(roomy.check(&big).await.unwrap().is_allowed());
+        // Keys with braces: their own tag kept, wrapped otherwise, never sharing state.
+        for k in ["{a}", "a}", "{}x", "{t7}:alice", "a{b"] {
+            let d = limiter.check_n(k, 5).await.unwrap();
+            assert!(d.is_allowed(), "{k}");
+            assert_eq!(d.path(), Path::Redis);
+        }
+        assert!(limiter.check("a").await.unwrap().is_allowed());
+        assert!(matches!(limiter.check("").await, Err(Error::Key(_))));
+        assert!(matches!(limiter.check("}x").await, Err(Error::Key(_))));
+        assert!(matches!(limiter.check_n("a", 0).await, Err(Error::Cost(_))));
+        assert!(matches!(limiter.check_n("a", 6).await, Err(Error::Cost(_))));
+        assert!(
+            RedisLimiter::builder(quota(5, Duration::from_secs(1)))
+                .prefix("{x}")
+                .build(&conn)
+                .is_err()
+        );
+        // A key that holds something else: an error from Redis, so the policy decides and the
+        // decision says why.
+        server.cli(&["SET", "wrong:{k}:h", "v"]).unwrap();
+        let wrong = RedisLimiter::builder(quota(5, Duration::from_secs(1)))
+            .prefix("wrong:")
+            .build(&conn)
+            .unwrap();
+        let d = wrong.check("k").await.unwrap();
+        assert_eq!(d.degraded(), Some(Degraded::Failed));
+        assert!(
+            wrong.last_error().unwrap().contains("WRONGTYPE"),
+            "{:?}",
+            wrong.last_error()
+        );
+    });
+}
