@@ -106,6 +106,8 @@ impl Leases {
         keys: (String, String),
         n: u64,
     ) -> Result<RedisDecision, Error> {
+        // A local decision waits on no I/O: see `RedisLimiter::run` on the cooperative budget.
+        tokio::task::coop::consume_budget().await;
         let entry = self.entry(key);
         let mut held = entry.lock().await;
         let now = Instant::now();

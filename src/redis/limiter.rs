@@ -311,6 +311,10 @@ impl RedisLimiter {
     ) -> Result<(u64, Vec<Outcome>), Error> {
         let pass = self.inner.breaker.pass();
         if pass == Pass::Open {
+            // No I/O to wait for: take part in tokio's cooperative budget, or a caller's loop
+            // of such decisions would starve the connection's own task of the worker, and
+            // the probe that would close the breaker could never finish.
+            tokio::task::coop::consume_budget().await;
             return Err(Error::Unavailable(Degraded::BreakerOpen));
         }
         match tokio::time::timeout(self.inner.deadline, self.call(op, calls)).await {

@@ -182,6 +182,9 @@ impl Cluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "1000",
+                    // A replica may fail over however long ago it last heard its master.
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ])
             })
             .collect();
@@ -202,6 +205,18 @@ impl Cluster {
         assert!(status.success(), "redis-cli --cluster create failed");
         let c = Cluster { nodes };
         c.wait_ok(Duration::from_secs(20));
+        // Replicas have synced with their masters, so a failover has data to take over.
+        let start = Instant::now();
+        while !c.nodes.iter().all(|n| {
+            n.cli(&["INFO", "replication"])
+                .is_ok_and(|s| s.contains("role:master") || s.contains("master_link_status:up"))
+        }) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "replicas did not sync"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         c
     }
 
@@ -224,9 +239,18 @@ impl Cluster {
         self.nodes.iter().map(Server::url).collect()
     }
 
+    /// A node that is running.
+    pub fn live(&self) -> &Server {
+        self.nodes
+            .iter()
+            .find(|n| n.child.is_some())
+            .expect("a running node")
+    }
+
     /// The node that is master for the slot of `key`.
     pub fn master_of(&self, key: &str) -> usize {
-        let slot: u16 = self.nodes[0]
+        let slot: u16 = self
+            .live()
             .cli(&["CLUSTER", "KEYSLOT", key])
             .unwrap()
             .trim()
