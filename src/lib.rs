@@ -150,6 +150,8 @@ mod algo;
 pub mod clock;
 mod decision;
 mod direct;
+#[cfg(feature = "tower")]
+pub mod http;
 mod keyed;
 mod multi;
 mod quota;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# HTTP load benchmark: an axum hello-world three ways in one run — no limiter, slidegate's
+# layer keyed by client IP, tower-governor's layer keyed the same way — under wrk. Every
+# request carries an X-Forwarded-For address from a pool of 1,000 (one load generator as
+# 1,000 clients behind a trusted proxy); every request is admitted.
+#
+# The server gets core 0 (one tokio thread), wrk core 1. Modes alternate within each round
+# and the round order rotates; the table gives each mode's median over the rounds and its
+# cost against no limiter. Environment: DURATION (s per measurement, 10), ROUNDS (3),
+# CONNECTIONS (32).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+duration=${DURATION:-10}
+rounds=${ROUNDS:-3}
+connections=${CONNECTIONS:-32}
+
+if ! command -v wrk >/dev/null; then
+    apt-get update && apt-get install -y wrk
+fi
+cargo build --release --example http_bench --features axum
+server=target/release/examples/http_bench
+
+work=$(mktemp -d)
+pid=
+cleanup() {
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+cat > "$work/clients.lua" <<'LUA'
+-- 1,000 client addresses, one after another, as a trusted proxy would report them.
+local i = 0
+request = function()
+    i = (i + 1) % 1000
+    wrk.headers["X-Forwarded-For"] = "10.1." .. math.floor(i / 256) .. "." .. (i % 256)
+    return wrk.format(nil, "/")
+end
+LUA
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Runs one measurement of mode $1, appending "mode rps p50_us p99_us cpu_us_per_request"
+# to $work/results.
+measure() {
+    local mode=$1 port
+    port=$(free_port)
+    taskset -c 0 "$server" "$mode" "$port" &
+    pid=$!
+    for _ in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+        sleep 0.05
+    done
+    taskset -c 1 wrk -t1 -c"$connections" -d2s -s "$work/clients.lua" "http://127.0.0.1:$port/" >/dev/null
+    # The server's CPU time (user + system, in clock ticks) over the measured run.
+    local cpu_before cpu_after
+    cpu_before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    taskset -c 1 wrk -t1 -c"$connections" -d"${duration}s" --latency -s "$work/clients.lua" \
+        "http://127.0.0.1:$port/" > "$work/$mode.out"
+    cpu_after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
+    awk -v mode="$mode" -v ticks=$((cpu_after - cpu_before)) -v hz="$(getconf CLK_TCK)" '
+        function us(v) {
+            if (v ~ /us$/) return v + 0;
+            if (v ~ /ms$/) return v * 1000;
+            if (v ~ /s$/) return v * 1000000;
+            return v;
+        }
+        $1 == "50%" { p50 = us($2) }
+        $1 == "99%" { p99 = us($2) }
+        $1 == "Requests/sec:" { rps = $2 }
+        / requests in / { n = $1 }
+        /Non-2xx/ { bad = $NF }
+        END {
+            if (bad > 0) { print "non-2xx responses in " mode > "/dev/stderr"; exit 1 }
+            printf "%s %s %s %s %.2f\n", mode, rps, p50, p99, ticks / hz / n * 1e6
+        }' "$work/$mode.out" >> "$work/results"
+}
+
+# One benchmark at a time on this machine: hold the lock to the end.
+exec 9>/tmp/slidegate-bench.lock
+flock 9
+modes=(none slidegate governor)
+echo "rustc processes running at the start: $(pgrep -c rustc || true)"
+for round in $(seq "$rounds"); do
+    for k in 0 1 2; do
+        mode=${modes[$(( (k + round) % 3 ))]}
+        measure "$mode"
+        echo "round $round: $(tail -n1 "$work/results")"
+    done
+done
+echo "rustc processes running at the end: $(pgrep -c rustc || true)"
+
+python3 - "$work/results" "$duration" "$rounds" "$connections" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+by = {}
+for mode, *values in rows:
+    by.setdefault(mode, []).append([float(v) for v in values])
+med = {m: [statistics.median(x[i] for x in v) for i in range(4)] for m, v in by.items()}
+base = med["none"]
+print(f"\nwrk -t1 -c{sys.argv[4]} -d{sys.argv[2]}s, {sys.argv[3]} rounds, medians; "
+      "server on core 0, wrk on core 1; 1,000 X-Forwarded-For clients")
+print("| server | requests/s | p50 | p99 | server CPU per request | throughput vs none | p50 vs none | CPU vs none |")
+print("|---|---|---|---|---|---|---|---|")
+names = {"none": "no limiter", "slidegate": "slidegate `RateLimitLayer`", "governor": "tower-governor `GovernorLayer`"}
+for m in ["none", "slidegate", "governor"]:
+    rps, p50, p99, cpu = med[m]
+    print(f"| {names[m]} | {rps:,.0f} | {p50:.0f} µs | {p99:.0f} µs | {cpu:.2f} µs | "
+          f"{(rps / base[0] - 1) * 100:+.1f}% | {(p50 / base[1] - 1) * 100:+.1f}% | "
+          f"{(cpu / base[3] - 1) * 100:+.1f}% |")
+PY
