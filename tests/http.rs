@@ -693,7 +693,9 @@ impl slidegate::http::Limiter for RoundTrip {
     ) -> Result<slidegate::http::Checked, slidegate::http::LimiterError> {
         tokio::task::yield_now().await;
         if self.down.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(slidegate::http::LimiterError::Unavailable("connection refused".into()));
+            return Err(slidegate::http::LimiterError::Unavailable(
+                "connection refused".into(),
+            ));
         }
         Ok(self.inner.check_n(key, cost)?.into())
     }

@@ -257,7 +257,7 @@ pub(crate) mod sealed {
         }
     }
 
-    /// A tuple of policies an [`All`](super::All) checks together.
+    /// A tuple of policies an [`All`] checks together.
     pub trait Tuple: Send + Sync + 'static {
         type Keys: Send + Sync + 'static;
         fn metas(&self) -> Vec<Meta>;
