@@ -156,11 +156,13 @@ end
 -- buckets x ..= b is c − snapshot(x), where snapshot(x) is that of the first bucket ≥ x
 -- that admitted something (c if none): O(log n) whatever N is, and nothing is ever swept.
 ------------------------------------------------------------------------------------------
-local function counter(H, Z, mode, L, G, N)
+local function counter(H, Z, mode, L, G, N, kind)
   local self = {}
-  local kind = 'c' .. fmt(G)
-  local v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl')
+  local v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
   local c, f, fl = 0, -1, 0
+  -- The lookup cache (see `snapshot`): pb < x ≤ cb reads cs, cb < x ≤ cb2 reads cs2; -1 for
+  -- none.
+  local pb, cb, cs, cb2, cs2 = -1, -1, 0, -1, 0
   local fresh = v[1] ~= kind
   if fresh then
     if v[1] then
@@ -168,7 +170,11 @@ local function counter(H, Z, mode, L, G, N)
     end
   else
     c, f, fl = tonumber(v[2]), tonumber(v[3]), tonumber(v[4] or '0')
+    if v[6] then
+      pb, cb, cs, cb2, cs2 = tonumber(v[5]), tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
+    end
   end
+  local cached = false
   local b, r = idiv(now, G)
   local t = now
   if b < f then
@@ -178,21 +184,47 @@ local function counter(H, Z, mode, L, G, N)
   self.ticket_u, self.ticket_n = b, 0
   self.t = t
 
-  local memo = {}
+  local function member_snapshot(m)
+    return tonumber(string.match(m, '^(%d+):'))
+  end
+  -- The snapshot of the first bucket ≥ x that admitted something (c if none), raised to the
+  -- floor. The two at the start of the window, read by every decision, are kept in the hash
+  -- (pb, cb, cs, cb2, cs2), valid because buckets are only ever written past the newest: a
+  -- decision then reads the hash and writes it, and the sorted set only when the window's
+  -- start passes a cached bucket.
   local function snapshot(x)
     if x > f then
       return c
     end
-    local e = redis.call('ZRANGEBYSCORE', Z, fmt(x), '+inf', 'LIMIT', 0, 1)
-    local s = c
-    if e[1] then
-      s = tonumber(string.match(e[1], '^%d+'))
+    local s
+    if cb >= 0 and pb < x and x <= cb then
+      s = cs
+    elseif cb2 >= 0 and cb < x and x <= cb2 then
+      s = cs2
+    elseif x <= b - N + 1 then
+      local e = redis.call('ZRANGEBYSCORE', Z, x, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+      if e[1] then
+        pb, cb, cs = x - 1, tonumber(e[2]), member_snapshot(e[1])
+        if e[3] then
+          cb2, cs2 = tonumber(e[4]), member_snapshot(e[3])
+        else
+          cb2, cs2 = -1, 0
+        end
+        cached = true
+        s = cs
+      else
+        s = c
+      end
+    else
+      local e = redis.call('ZRANGEBYSCORE', Z, x, '+inf', 'LIMIT', 0, 1)
+      s = e[1] and member_snapshot(e[1]) or c
     end
     if s < fl then
       s = fl
     end
     return s
   end
+  local memo = {}
   -- tail(j): the cost in buckets b − N + j ..= b, 0 ≤ j ≤ N + 1.
   local function tail(j)
     if j > N then
@@ -316,18 +348,32 @@ local function counter(H, Z, mode, L, G, N)
       table.insert(fields, kind)
       fresh = false
     end
+    if cached then
+      for _, x in ipairs({ 'pb', pb, 'cb', cb, 'cs', cs, 'cb2', cb2, 'cs2', cs2 }) do
+        table.insert(fields, x)
+      end
+      cached = false
+    end
     if #fields > 0 then
       redis.call('HSET', H, unpack(fields))
     end
   end
 
   function self.charge(n)
-    local fields = { 'c', fmt(c + n) }
+    local fields = { 'c', c + n }
     if b > f then
-      redis.call('ZADD', Z, fmt(b), fmt(c) .. ':' .. fmt(b))
+      redis.call('ZADD', Z, b, fmt(c) .. ':' .. fmt(b))
       redis.call('ZREMRANGEBYSCORE', Z, '-inf', '(' .. fmt(b - N))
       table.insert(fields, 'f')
-      table.insert(fields, fmt(b))
+      table.insert(fields, b)
+      -- The cache must see the new bucket if it ends before it.
+      if cb < 0 then
+        pb, cb, cs, cb2, cs2 = f, b, c, -1, 0
+        cached = true
+      elseif cb2 < 0 then
+        cb2, cs2 = b, c
+        cached = true
+      end
       f = b
       store(fields)
       -- Everything in bucket b has left every window when bucket b + N + 1 starts.
@@ -351,7 +397,7 @@ local function counter(H, Z, mode, L, G, N)
       return 0
     end
     fl = s + take
-    store({ 'fl', fmt(fl) })
+    store({ 'fl', fl })
     memo = {}
     return take
   end
@@ -371,7 +417,9 @@ local function counter(H, Z, mode, L, G, N)
     if fl > c then
       fl = c
     end
-    store({ 'c', fmt(c), 'fl', fmt(fl) })
+    -- Snapshots moved: the cache starts again from the sorted set.
+    pb, cb, cs, cb2, cs2, cached = -1, -1, 0, -1, 0, true
+    store({ 'c', c, 'fl', fl })
     memo = {}
   end
 
@@ -647,7 +695,7 @@ for i = 1, M do
   local mode, L, W, G, N, Tu, Tr = a[1], a[2], a[3], a[4], a[5], a[6], a[7]
   local H, Z = KEYS[2 * i - 1], KEYS[2 * i]
   if mode <= 2 then
-    limits[i] = counter(H, Z, mode, L, G, N)
+    limits[i] = counter(H, Z, mode, L, G, N, 'c' .. ARGV[o + 4])
   elseif mode == 3 then
     limits[i] = log(H, Z, L, W)
   else
