@@ -46,6 +46,7 @@ async fn rate(design: Design, limiter: &RedisLimiter, conn: &Connection, callers
     for c in 0..callers {
         let (limiter, mut conn, done, seq) =
             (limiter.clone(), conn.clone(), done.clone(), seq.clone());
+        let floor = redis::Script::new(FLOOR);
         tasks.push(tokio::spawn(async move {
             let key = format!("user-{}", c % 16);
             while Instant::now() < until {
