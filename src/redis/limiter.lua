@@ -25,6 +25,86 @@ if ARGV[2] == '' then
 else
   now = tonumber(ARGV[2])
 end
+
+-- The fast path, before any function is defined (Lua makes a closure of each definition it
+-- runs, on every call): one counter limit, a check, in a bucket already written, with the
+-- window's start in the hash's cache (see `counter`), admitted. It reads the hash and writes
+-- one field; anything else falls through to the general code below, which decides the same.
+if op == 'check' and #ARGV == 15 and ARGV[4] ~= '3' and ARGV[4] ~= '4' then
+  local H, G = KEYS[1], tonumber(ARGV[7])
+  local v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
+  if v[1] == 'c' .. ARGV[7] and v[6] then
+    local c, f, fl = tonumber(v[2]), tonumber(v[3]), tonumber(v[4] or '0')
+    local b = math.floor(now / G)
+    local r = now - b * G
+    if r < 0 then
+      b, r = b - 1, r + G
+    elseif r >= G then
+      b, r = b + 1, r - G
+    end
+    if b == f then
+      local mode, L, N, n = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[11])
+      local pb, cb, cs, cb2, cs2 = tonumber(v[5]), tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
+      -- The first cost counted: bucket b − N (the fixed window: b alone, N = 1).
+      local x = b - N
+      if mode == '2' then
+        x = b
+      end
+      local s0, s1
+      if pb < x and x <= cb then
+        s0 = cs
+      elseif cb2 >= 0 and cb < x and x <= cb2 then
+        s0 = cs2
+      end
+      local used
+      if s0 then
+        used = c - math.max(s0, fl)
+        if mode == '1' then
+          -- Weighted: the oldest bucket, b − N, weighed by (G − r) / G, rounded up.
+          local x1 = x + 1
+          if x1 > f then
+            s1 = c
+          elseif pb < x1 and x1 <= cb then
+            s1 = cs
+          elseif cb2 >= 0 and cb < x1 and x1 <= cb2 then
+            s1 = cs2
+          end
+          local p
+          if s1 then
+            local rest = math.min(c - math.max(s1, fl), used)
+            p = (used - rest) * (G - r)
+            if p < 4503599627370496 then
+              local q = math.floor(p / G)
+              local rm = p - q * G
+              if rm < 0 then
+                q, rm = q - 1, rm + G
+              elseif rm >= G then
+                q, rm = q + 1, rm - G
+              end
+              if rm > 0 then
+                q = q + 1
+              end
+              used = rest + q
+            else
+              used = nil
+            end
+          else
+            used = nil
+          end
+        end
+      end
+      if used and used + n <= L then
+        redis.call('HSET', H, 'c', c + n)
+        local reset = (N + 1) * G - r
+        if mode == '2' then
+          reset = G - r
+        end
+        return { now, 1, L - used - n, 0, 0, reset, 0, b, 0, 0, 0 }
+      end
+    end
+  end
+end
+
 local slack = tonumber(ARGV[3])
 local M = (#ARGV - 3) / 12
 
