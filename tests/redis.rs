@@ -580,3 +580,30 @@ fn bad_input_is_a_clear_error() {
         );
     });
 }
+
+/// The HTTP layer's `Limiter` trait over a `RedisLimiter`: Redis's decisions, and the
+/// policy's counted as degraded.
+#[cfg(feature = "tower")]
+#[test]
+fn the_http_layer_can_enforce_a_redis_limiter() {
+    use slidegate::http::Limiter;
+    let mut server = Server::start();
+    rt().block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        let limiter = RedisLimiter::builder(quota(1, Duration::from_secs(60)))
+            .deadline(Duration::from_millis(30))
+            .policy(Policy::Allow)
+            .build(&conn)
+            .unwrap();
+        let key = "k".to_string();
+        let c = Limiter::check(&limiter, &key, 1).await.unwrap();
+        assert!(c.decision.is_allowed() && !c.degraded);
+        let c = Limiter::check(&limiter, &key, 1).await.unwrap();
+        assert!(!c.decision.is_allowed() && !c.degraded);
+        assert!(Limiter::check(&limiter, &key, 2).await.is_err());
+        assert_eq!(Limiter::quota(&limiter, &key).limit(), 1);
+        server.kill();
+        let c = Limiter::check(&limiter, &key, 1).await.unwrap();
+        assert!(c.decision.is_allowed() && c.degraded);
+    });
+}

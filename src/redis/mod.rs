@@ -69,6 +69,8 @@
 
 mod breaker;
 mod conn;
+#[cfg(feature = "tower")]
+mod http;
 mod lease;
 mod limiter;
 mod multi;
