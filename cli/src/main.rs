@@ -14,6 +14,7 @@
 
 mod chart;
 mod generate;
+mod redis;
 mod report;
 mod run;
 mod trace;
@@ -123,6 +124,13 @@ struct Simulate {
     /// The key the chart follows [default: the key with the most requests].
     #[arg(long, value_name = "KEY")]
     chart_key: Option<String>,
+
+    /// Also replay every algorithm through the Redis backend at this URL
+    /// (`redis://[:password@]host:port[/db]`), each request judged at its own time: rows
+    /// "Redis …" in the table, for accuracy and decisions per second. Its keys take their own
+    /// prefix and expire an hour after the run.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
 }
 
 const AFTER_HELP: &str = "\
@@ -379,6 +387,23 @@ fn simulate(args: &Simulate, out: &mut impl Write) -> Result<(), Failure> {
     }
     progress.finish_and_clear();
 
+    if let Some(url) = &args.redis {
+        let backend = redis::Backend::connect(url).map_err(Failure::other)?;
+        for (index, a) in algorithms.iter().enumerate() {
+            match backend.replay(&trace, a.quota, index) {
+                Ok(replay) => entries.push(Entry {
+                    name: format!("Redis {}", a.name),
+                    label: format!("Redis {}", label(a)),
+                    granularity: entries[index].granularity.clone(),
+                    bytes_per_key: entries[index].bytes_per_key,
+                    reference: false,
+                    replay,
+                }),
+                Err(e) => eprintln!("--redis: {}: {e}", label(a)),
+            }
+        }
+    }
+
     let reference = entries
         .iter()
         .find(|e| e.reference)
@@ -411,8 +436,10 @@ fn simulate(args: &Simulate, out: &mut impl Write) -> Result<(), Failure> {
     const BINS: usize = 600;
     // BINS · width > last − first: the last request falls inside the last bin.
     let width = (last - first) / BINS as u64 + 1;
+    // The chart shows the local limiters; Redis rows decide alike.
     let series: Vec<chart::Series> = entries
         .iter()
+        .filter(|e| !e.name.starts_with("Redis "))
         .map(|e| {
             let points: Vec<(u64, u64)> = keys[key]
                 .iter()

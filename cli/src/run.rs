@@ -94,7 +94,7 @@ pub struct Replay {
 /// the other algorithms it stays a multiple of the window, below the first request: each
 /// window starts where it would on the trace's own clock, where a boundary attack aims (and
 /// their readings are never later than the trace's timestamps, which they store exactly).
-fn origin(trace: &Trace, quota: Quota) -> u64 {
+pub fn origin(trace: &Trace, quota: Quota) -> u64 {
     let first = trace.requests.first().map_or(0, |r| r.at);
     if quota.mode() == Mode::ExactLog {
         first

@@ -309,6 +309,17 @@ impl RedisLimiter {
         op: Op,
         calls: &[Call<'_>],
     ) -> Result<(u64, Vec<Outcome>), Error> {
+        self.run_at(op, calls, None).await
+    }
+
+    /// [`run`](RedisLimiter::run) judging at `at_us` if given (else the test clock's time or
+    /// the server's).
+    async fn run_at(
+        &self,
+        op: Op,
+        calls: &[Call<'_>],
+        at_us: Option<u64>,
+    ) -> Result<(u64, Vec<Outcome>), Error> {
         let pass = self.inner.breaker.pass();
         if pass == Pass::Open {
             // No I/O to wait for: take part in tokio's cooperative budget, or a caller's loop
@@ -317,7 +328,7 @@ impl RedisLimiter {
             tokio::task::coop::consume_budget().await;
             return Err(Error::Unavailable(Degraded::BreakerOpen));
         }
-        match tokio::time::timeout(self.inner.deadline, self.call(op, calls)).await {
+        match tokio::time::timeout(self.inner.deadline, self.call(op, calls, at_us)).await {
             Ok(Ok(out)) => {
                 self.inner.breaker.success(pass);
                 Ok(out)
@@ -347,8 +358,13 @@ impl RedisLimiter {
     /// The script call itself: EVALSHA, and EVAL (which caches the script again) when the
     /// server answers NOSCRIPT — after a restart, a failover or a `SCRIPT FLUSH`. EVAL runs the
     /// script it carries, so a flush between the two cannot fail the call.
-    async fn call(&self, op: Op, calls: &[Call<'_>]) -> Result<(u64, Vec<Outcome>), Error> {
-        let now = self.inner.clock.as_ref().map(|c| c.now().as_u64() / 1000);
+    async fn call(
+        &self,
+        op: Op,
+        calls: &[Call<'_>],
+        at_us: Option<u64>,
+    ) -> Result<(u64, Vec<Outcome>), Error> {
+        let now = at_us.or_else(|| self.inner.clock.as_ref().map(|c| c.now().as_u64() / 1000));
         let inv = script::Invocation::new(op, now, self.inner.ttl_slack_ms, calls);
         let mut conn = self.inner.conn.clone();
         let reply: Vec<i64> = match inv
@@ -365,6 +381,23 @@ impl RedisLimiter {
         script::parse(&reply, &shapes)
     }
 
+    /// Checks cost `n` for `key` judging at `at_micros` (µs since the Unix epoch, or since any
+    /// origin all callers share) instead of the server's time, and charges it if admitted:
+    /// for replaying recorded traffic (`slidegate simulate --redis`) and for tests. Times
+    /// must not go back for a key, and keys checked this way must not be checked at the
+    /// server's time too. Leases are not used.
+    pub async fn check_n_at(
+        &self,
+        key: &str,
+        n: u64,
+        at_micros: u64,
+    ) -> Result<RedisDecision, Error> {
+        self.validate(n)?;
+        let keys = self.keys(key)?;
+        self.decide_at(key, keys, n, Op::Check, Some(at_micros))
+            .await
+    }
+
     /// A single-limit decision through Redis, or the policy's.
     async fn decide(
         &self,
@@ -372,6 +405,17 @@ impl RedisLimiter {
         keys: (String, String),
         n: u64,
         op: Op,
+    ) -> Result<RedisDecision, Error> {
+        self.decide_at(key, keys, n, op, None).await
+    }
+
+    async fn decide_at(
+        &self,
+        key: &str,
+        keys: (String, String),
+        n: u64,
+        op: Op,
+        at_us: Option<u64>,
     ) -> Result<RedisDecision, Error> {
         let call = Call {
             shape: &self.inner.shape,
@@ -381,7 +425,7 @@ impl RedisLimiter {
             ticket: Ticket::default(),
             need: 0,
         };
-        match self.run(op, &[call]).await {
+        match self.run_at(op, &[call], at_us).await {
             Ok((time, out)) => Ok(RedisDecision {
                 decision: out[0].decision,
                 path: Path::Redis,
