@@ -19,13 +19,7 @@ use slidegate::redis::{
 };
 use slidegate::{Mode, Quota};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use redis_server::runtime as rt;
 
 fn quota(limit: u64, window: Duration) -> Quota {
     Quota::new(limit, window).unwrap()

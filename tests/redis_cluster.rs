@@ -25,13 +25,7 @@ fn cluster() -> MutexGuard<'static, Cluster> {
     c
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use redis_server::runtime as rt;
 
 async fn connect(c: &Cluster) -> Connection {
     let urls = c.urls();
@@ -281,18 +275,7 @@ fn a_slot_migrated_mid_run_is_followed() {
     // Whatever decided, Redis or the policy (deny) while a redirection failed, said so.
     assert!(seen.iter().all(|p| (p.0 == Path::Redis) == p.1));
     // Redis decides every key again once the move is done.
-    let start = Instant::now();
-    loop {
-        let seen = rt.block_on(traffic(&limiter, &keys, 100));
-        if seen.iter().all(|p| p.0 == Path::Redis) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            limiter.last_error()
-        );
-    }
+    redis_decides_again(&rt, &limiter, &keys, Duration::from_secs(5));
     // The state moved with the slot: everything Redis admitted is still counted.
     let admitted = seen.iter().filter(|p| p.0 == Path::Redis).count() as u64;
     let counted: u64 = rt.block_on(async {
@@ -306,6 +289,23 @@ fn a_slot_migrated_mid_run_is_followed() {
         counted >= admitted,
         "{counted} counted, {admitted} admitted"
     );
+}
+
+/// Runs traffic until Redis decides every key of a round, for at most `within`.
+fn redis_decides_again(
+    rt: &tokio::runtime::Runtime,
+    limiter: &RedisLimiter,
+    keys: &[String],
+    within: Duration,
+) {
+    let start = Instant::now();
+    while !rt
+        .block_on(traffic(limiter, keys, 100))
+        .iter()
+        .all(|p| p.0 == Path::Redis)
+    {
+        assert!(start.elapsed() < within, "{:?}", limiter.last_error());
+    }
 }
 
 fn is_master(c: &Cluster, i: usize) -> bool {
@@ -356,18 +356,7 @@ fn a_master_killed_mid_run_fails_over_and_the_policy_decides_meanwhile() {
         assert!(start.elapsed() < Duration::from_secs(20), "no failover");
     }
     c.wait_ok(Duration::from_secs(20));
-    let start = Instant::now();
-    loop {
-        let seen = rt.block_on(traffic(&limiter, &keys, 100));
-        if seen.iter().all(|p| p.0 == Path::Redis) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "{:?}",
-            limiter.last_error()
-        );
-    }
+    redis_decides_again(&rt, &limiter, &keys, Duration::from_secs(15));
     assert!(
         !limiter
             .last_error()

@@ -11,6 +11,15 @@ use std::time::{Duration, Instant};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// The runtime the Redis tests run their clients on: two workers, as the machine has.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A port no one listens on now (the kernel's choice, released at once).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
