@@ -1,4 +1,4 @@
-//! The HTTP layer's [`Limiter`](crate::http::Limiter) for a [`RedisLimiter`] (features
+//! The HTTP layer's [`Limiter`] for a [`RedisLimiter`] (features
 //! `redis` and `tower`): keys are strings, and a decision the policy made while Redis was
 //! unavailable counts as degraded.
 
