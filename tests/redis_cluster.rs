@@ -2,30 +2,45 @@
 //! this binary and shared by its tests one at a time: decisions equal the local limiter's on
 //! keys spread over every master, several limits across slots (reserve, then release),
 //! a slot migrated and a master killed mid-run.
+//! One test runs the phases in order on one Cluster.
 #![cfg(feature = "redis")]
 
 mod common;
 mod redis_server;
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis_server::Cluster;
+use redis_server::runtime as rt;
 use slidegate::clock::ManualClock;
 use slidegate::redis::{Connection, Path, Policy, RedisLimiter, check_all};
 use slidegate::{Quota, SlidingWindow};
 
-fn cluster() -> MutexGuard<'static, Cluster> {
-    static C: OnceLock<Mutex<Cluster>> = OnceLock::new();
-    let c = C
-        .get_or_init(|| Mutex::new(Cluster::start(3, 1)))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    c.wait_ok(Duration::from_secs(20));
-    c
+/// One Cluster for the binary (starting one is the expensive part), its phases run in
+/// order — the failover last, as it kills a master — and stopped when the test ends.
+#[test]
+fn redis_cluster() {
+    let mut c = Cluster::start(3, 1);
+    for (name, phase) in [
+        (
+            "decisions",
+            decisions_on_every_master_equal_the_local_limiters as fn(&mut Cluster),
+        ),
+        (
+            "check_all",
+            several_limits_across_slots_are_reserved_then_released,
+        ),
+        ("migration", a_slot_migrated_mid_run_is_followed),
+        (
+            "failover",
+            a_master_killed_mid_run_fails_over_and_the_policy_decides_meanwhile,
+        ),
+    ] {
+        c.wait_ok(Duration::from_secs(20));
+        eprintln!("cluster phase: {name}");
+        phase(&mut c);
+    }
 }
-
-use redis_server::runtime as rt;
 
 async fn connect(c: &Cluster) -> Connection {
     let urls = c.urls();
@@ -33,11 +48,9 @@ async fn connect(c: &Cluster) -> Connection {
     Connection::open_cluster(&urls).await.unwrap()
 }
 
-#[test]
-fn decisions_on_every_master_equal_the_local_limiters() {
-    let c = cluster();
+fn decisions_on_every_master_equal_the_local_limiters(c: &mut Cluster) {
     rt().block_on(async {
-        let conn = connect(&c).await;
+        let conn = connect(c).await;
         assert!(conn.is_cluster());
         for mode in common::MODES {
             let q = Quota::new(3, Duration::from_millis(40))
@@ -72,11 +85,9 @@ fn decisions_on_every_master_equal_the_local_limiters() {
     });
 }
 
-#[test]
-fn several_limits_across_slots_are_reserved_then_released() {
-    let c = cluster();
+fn several_limits_across_slots_are_reserved_then_released(c: &mut Cluster) {
     rt().block_on(async {
-        let conn = connect(&c).await;
+        let conn = connect(c).await;
         let q = |n| Quota::new(n, Duration::from_secs(60)).unwrap();
         let users = RedisLimiter::builder(q(2))
             .prefix("cu:")
@@ -162,11 +173,9 @@ async fn traffic(limiter: &RedisLimiter, keys: &[String], for_ms: u64) -> Vec<(P
     all
 }
 
-#[test]
-fn a_slot_migrated_mid_run_is_followed() {
-    let c = cluster();
+fn a_slot_migrated_mid_run_is_followed(c: &mut Cluster) {
     let rt = rt();
-    let conn = rt.block_on(connect(&c));
+    let conn = rt.block_on(connect(c));
     let limiter = RedisLimiter::builder(Quota::new(1_000_000, Duration::from_secs(60)).unwrap())
         .prefix("mig:")
         .deadline(Duration::from_millis(500))
@@ -184,7 +193,7 @@ fn a_slot_migrated_mid_run_is_followed() {
         .unwrap();
     let from = c.master_of_slot(slot);
     let to = (0..c.nodes.len())
-        .find(|&i| i != from && c.master_of_slot(slot) == from && is_master(&c, i))
+        .find(|&i| i != from && c.master_of_slot(slot) == from && is_master(c, i))
         .unwrap();
     let (from_id, to_id) = (c.id(from), c.id(to));
     let s = slot.to_string();
@@ -314,11 +323,9 @@ fn is_master(c: &Cluster, i: usize) -> bool {
         .is_ok_and(|r| r.lines().next() == Some("master"))
 }
 
-#[test]
-fn a_master_killed_mid_run_fails_over_and_the_policy_decides_meanwhile() {
-    let mut c = cluster();
+fn a_master_killed_mid_run_fails_over_and_the_policy_decides_meanwhile(c: &mut Cluster) {
     let rt = rt();
-    let conn = rt.block_on(connect(&c));
+    let conn = rt.block_on(connect(c));
     let limiter = RedisLimiter::builder(Quota::new(1_000_000, Duration::from_secs(60)).unwrap())
         .prefix("fo:")
         .deadline(Duration::from_millis(50))

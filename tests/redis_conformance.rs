@@ -87,9 +87,10 @@ struct Fixture {
     next: AtomicUsize,
 }
 
-fn fixture() -> &'static Fixture {
-    static F: std::sync::OnceLock<Fixture> = std::sync::OnceLock::new();
-    F.get_or_init(|| {
+thread_local! {
+    /// One server per test, shared by its cases; a test runs on a thread of its own, so the
+    /// server stops (on the thread-local's drop) when the test ends.
+    static FIXTURE: Fixture = {
         let server = redis_server::Server::start();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -102,13 +103,16 @@ fn fixture() -> &'static Fixture {
             conn,
             next: AtomicUsize::new(0),
         }
-    })
+    };
 }
 
 /// Runs one case against a fresh key; every answer of Redis must equal the local limiter's
 /// and the model's.
 fn run(quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
-    let f = fixture();
+    FIXTURE.with(|f| run_on(f, quota, start, ops))
+}
+
+fn run_on(f: &Fixture, quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     let local = SlidingWindow::with_clock(quota, clock.clone());
     let remote = RedisLimiter::builder(quota)
@@ -189,7 +193,10 @@ proptest! {
 
 #[test]
 fn sub_microsecond_quotas_are_a_clear_error() {
-    let f = fixture();
+    FIXTURE.with(sub_microsecond_quotas_on);
+}
+
+fn sub_microsecond_quotas_on(f: &Fixture) {
     let q = Quota::new(10, Duration::from_nanos(1500)).unwrap();
     let err = RedisLimiter::builder(q).build(&f.conn).unwrap_err();
     assert!(err.to_string().contains("microseconds"), "{err}");

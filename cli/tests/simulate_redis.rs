@@ -9,24 +9,22 @@ use std::process::Command;
 
 fn simulate(args: &[&str]) -> std::process::Output {
     let dir = std::env::temp_dir();
-    Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let chart = dir.join(format!(
+        "slidegate-redis-{}-{}.svg",
+        std::process::id(),
+        args.len()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .current_dir(&dir)
-        .args([
-            "simulate",
-            "--limit",
-            "10",
-            "--window",
-            "1s",
-            "--duration",
-            "20s",
-            "--keys",
-            "20",
-        ])
+        .args(["simulate", "--limit", "10", "--window", "1s"])
+        .args(["--duration", "20s", "--keys", "20"])
         .arg("--chart")
-        .arg(dir.join(format!("slidegate-redis-{}.svg", std::process::id())))
+        .arg(&chart)
         .args(args)
         .output()
-        .unwrap()
+        .unwrap();
+    let _ = std::fs::remove_file(&chart);
+    out
 }
 
 #[test]
