@@ -120,11 +120,28 @@ pub(crate) fn retry_after(d: Duration) -> HeaderValue {
     HeaderValue::from(ceil_secs(d).min(SF_INTEGER_MAX))
 }
 
-/// A built field value as a header value; the builders above write visible ASCII only.
-pub(crate) fn value(s: String) -> HeaderValue {
-    // Handed over without a copy.
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(s))
-        .unwrap_or_else(|_| HeaderValue::from_static(""))
+/// The field value `write` builds, `None` if it writes nothing. Built in a per-thread scratch
+/// string and copied out once: one allocation per field, where an owned `String` handed to
+/// `Bytes` took two.
+pub(crate) fn build(write: impl FnOnce(&mut String)) -> Option<HeaderValue> {
+    thread_local! {
+        static SCRATCH: core::cell::RefCell<String> = const { core::cell::RefCell::new(String::new()) };
+    }
+    SCRATCH.with(|scratch| {
+        // A scratch already borrowed (`write` building another field) is not shared.
+        let mut own = String::new();
+        let mut borrowed = scratch.try_borrow_mut();
+        let out = match &mut borrowed {
+            Ok(s) => &mut **s,
+            Err(_) => &mut own,
+        };
+        out.clear();
+        write(out);
+        // The builders above write visible ASCII only.
+        (!out.is_empty())
+            .then(|| HeaderValue::from_str(out).ok())
+            .flatten()
+    })
 }
 
 #[cfg(test)]

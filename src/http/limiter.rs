@@ -85,6 +85,10 @@ impl<C: Clock + 'static> Limiter for SlidingWindow<C> {
         ready(self.check_n(cost).map(Checked::from).map_err(Into::into))
     }
 
+    fn check_now(&self, _: &(), cost: u64) -> Option<Result<Checked, LimiterError>> {
+        Some(self.check_n(cost).map(Checked::from).map_err(Into::into))
+    }
+
     fn quota(&self, _: &()) -> Quota {
         SlidingWindow::quota(self)
     }
@@ -104,6 +108,14 @@ where
         cost: u64,
     ) -> impl Future<Output = Result<Checked, LimiterError>> + Send {
         ready(
+            self.check_n(key, cost)
+                .map(Checked::from)
+                .map_err(Into::into),
+        )
+    }
+
+    fn check_now(&self, key: &K, cost: u64) -> Option<Result<Checked, LimiterError>> {
+        Some(
             self.check_n(key, cost)
                 .map(Checked::from)
                 .map_err(Into::into),
@@ -241,8 +253,27 @@ pub(crate) mod sealed {
         pub(crate) denied_by: Option<usize>,
         pub(crate) retry_after: Duration,
         /// Per policy, in order; `None` for one the request had no key for.
-        pub(crate) reports: Vec<Option<Report>>,
+        pub(crate) reports: Reports,
         pub(crate) degraded: bool,
+    }
+
+    /// Per policy, in order; `None` for one the request had no key for. One policy's is
+    /// kept inline, so a request under a single policy allocates no list.
+    #[derive(Clone, Debug)]
+    pub enum Reports {
+        One(Option<Report>),
+        Many(Vec<Option<Report>>),
+    }
+
+    impl core::ops::Deref for Reports {
+        type Target = [Option<Report>];
+
+        fn deref(&self) -> &[Option<Report>] {
+            match self {
+                Reports::One(report) => core::slice::from_ref(report),
+                Reports::Many(reports) => reports,
+            }
+        }
     }
 
     impl Verdict {
@@ -251,7 +282,7 @@ pub(crate) mod sealed {
             Verdict {
                 denied_by: None,
                 retry_after: Duration::ZERO,
-                reports: vec![None],
+                reports: Reports::One(None),
                 degraded: false,
             }
         }
@@ -285,7 +316,7 @@ pub(crate) mod sealed {
     }
 }
 
-pub(crate) use sealed::{Meta, Refused, Report, Verdict};
+pub(crate) use sealed::{Meta, Refused, Report, Reports, Verdict};
 
 /// The policies a [`RateLimitLayer`](crate::http::RateLimitLayer) enforces: one [`Policy`],
 /// or an [`All`] of several.
@@ -429,7 +460,7 @@ impl<L: Limiter, X> Policy<L, X> {
         Verdict {
             denied_by,
             retry_after,
-            reports: vec![Some(self.report(key, &d, reset))],
+            reports: Reports::One(Some(self.report(key, &d, reset))),
             degraded: checked.degraded,
         }
     }
@@ -595,13 +626,13 @@ macro_rules! all_of {
                 // check_all reports the least room left, not each limit's: every policy is
                 // peeked for its own (after the charge when allowed; nothing was charged when
                 // denied). The one that bound a denial reports the wait for the request.
-                let reports = vec![$(
+                let reports = Reports::Many(vec![$(
                     keys.$i.as_ref().map(|k| {
                         let d = self.$i.limiter.peek(k);
                         let reset = if denied_by == Some($i) { retry_after } else { d.reset_after() };
                         self.$i.report(k, &d, reset)
                     })
-                ),+];
+                ),+]);
                 Ok(Verdict { denied_by, retry_after, reports, degraded: false })
             }
         }

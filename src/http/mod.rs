@@ -39,13 +39,14 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use tower_layer::Layer;
+
+use crate::clock::{Clock, QuantaClock};
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -102,6 +103,8 @@ struct Shared<P> {
     on_limiter_error: OnLimiterError,
     denial: Arc<DenialFn>,
     metrics: Metrics,
+    /// Times decisions for the latency histogram (a TSC read, not a system call).
+    clock: QuantaClock,
     /// The last `RateLimit-Policy` built, and the quotas it was built for.
     policy_cache: OnceLock<(Vec<(u64, Duration)>, HeaderValue)>,
 }
@@ -132,6 +135,7 @@ impl<P: Policies> RateLimitLayer<P> {
                 on_limiter_error: OnLimiterError::Deny(StatusCode::SERVICE_UNAVAILABLE),
                 denial: Arc::new(problem_json),
                 metrics,
+                clock: QuantaClock::new(),
                 policy_cache: OnceLock::new(),
             }),
         }
@@ -314,7 +318,7 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (parts, body) = req.into_parts();
-        let start = Instant::now();
+        let start = self.shared.clock.now();
         let shared = &*self.shared;
         let span = tracing::debug_span!(
             target: telemetry::TARGET,
@@ -326,7 +330,9 @@ where
             Ok(keys) => keys,
             Err(status) => {
                 drop(entered);
-                shared.metrics.latency(start.elapsed());
+                shared
+                    .metrics
+                    .latency(shared.clock.now().0.saturating_sub(start.0));
                 return self.finish(Outcome::Respond(status_only(status)), parts, body);
             }
         };
@@ -334,7 +340,9 @@ where
         if let Some(verdict) = shared.policies.check_now(&keys, shared.cost) {
             let outcome = shared.conclude(verdict);
             drop(entered);
-            shared.metrics.latency(start.elapsed());
+            shared
+                .metrics
+                .latency(shared.clock.now().0.saturating_sub(start.0));
             return self.finish(outcome, parts, body);
         }
         drop(entered);
@@ -350,7 +358,9 @@ where
                 .instrument(span)
                 .await;
             let outcome = shared.conclude(verdict);
-            shared.metrics.latency(start.elapsed());
+            shared
+                .metrics
+                .latency(shared.clock.now().0.saturating_sub(start.0));
             let fields = match outcome {
                 Outcome::Pass(fields) => fields,
                 Outcome::Respond(response) => return Ok(response.map(Either::Right)),
@@ -479,20 +489,21 @@ impl<P: Policies> Shared<P> {
     /// `RateLimit-Policy`; in `RateLimit`, every such policy when admitted, only the policy
     /// that bound it when denied.
     fn fields(&self, metas: &[Meta], verdict: &Verdict, retry: bool) -> Fields {
-        let mut limit = String::with_capacity(32 * verdict.reports.len());
-        for (i, report) in verdict.reports.iter().enumerate() {
-            let Some(r) = report else { continue };
-            if verdict.denied_by.is_none_or(|b| b == i) {
-                let pk = r.partition.as_deref();
-                headers::push_limit_item(&mut limit, &metas[i].field, r.remaining, r.reset, pk);
+        let limit = headers::build(|out| {
+            for (i, report) in verdict.reports.iter().enumerate() {
+                let Some(r) = report else { continue };
+                if verdict.denied_by.is_none_or(|b| b == i) {
+                    let pk = r.partition.as_deref();
+                    headers::push_limit_item(out, &metas[i].field, r.remaining, r.reset, pk);
+                }
             }
-        }
+        });
         Fields {
             policy: self
                 .policy_header
                 .then(|| self.policy_field(metas, verdict))
                 .flatten(),
-            limit: (!limit.is_empty()).then(|| headers::value(limit)),
+            limit,
             retry_after: retry.then(|| headers::retry_after(verdict.retry_after)),
         }
     }
@@ -501,9 +512,10 @@ impl<P: Policies> Shared<P> {
     /// changes only with a per-key override, so the field built for the first request whose
     /// policies all applied (without `pk`) is kept and reused while the quotas match.
     fn policy_field(&self, metas: &[Meta], verdict: &Verdict) -> Option<HeaderValue> {
+        let reports = &verdict.reports;
         let matches = |(quotas, _): &(Vec<(u64, Duration)>, HeaderValue)| {
-            quotas.len() == verdict.reports.len()
-                && verdict.reports.iter().zip(quotas).all(|(r, q)| {
+            quotas.len() == reports.len()
+                && reports.iter().zip(quotas).all(|(r, q)| {
                     r.as_ref()
                         .is_some_and(|r| r.partition.is_none() && (r.limit, r.window) == *q)
                 })
@@ -511,23 +523,18 @@ impl<P: Policies> Shared<P> {
         if let Some(cached) = self.policy_cache.get().filter(|c| matches(c)) {
             return Some(cached.1.clone());
         }
-        let mut field = String::new();
-        for (i, report) in verdict.reports.iter().enumerate() {
-            let Some(r) = report else { continue };
-            let pk = r.partition.as_deref();
-            headers::push_policy_item(&mut field, &metas[i].field, r.limit, r.window, pk);
-        }
-        if field.is_empty() {
-            return None;
-        }
-        let value = headers::value(field);
-        let cacheable = verdict
-            .reports
+        let value = headers::build(|out| {
+            for (i, report) in reports.iter().enumerate() {
+                let Some(r) = report else { continue };
+                let pk = r.partition.as_deref();
+                headers::push_policy_item(out, &metas[i].field, r.limit, r.window, pk);
+            }
+        })?;
+        let cacheable = reports
             .iter()
             .all(|r| r.as_ref().is_some_and(|r| r.partition.is_none()));
         if cacheable && self.policy_cache.get().is_none() {
-            let quotas = verdict
-                .reports
+            let quotas = reports
                 .iter()
                 .flatten()
                 .map(|r| (r.limit, r.window))

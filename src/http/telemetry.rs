@@ -101,10 +101,11 @@ impl Metrics {
         Self::count(&self.degraded_limiter);
     }
 
-    pub(crate) fn latency(&self, took: Duration) {
+    /// Records a decision that took `nanos`.
+    pub(crate) fn latency(&self, nanos: u64) {
         metrics::with_recorder(|r| {
             r.register_histogram(&self.latency, &METADATA)
-                .record(took.as_secs_f64());
+                .record(Duration::from_nanos(nanos).as_secs_f64());
         });
     }
 }
