@@ -420,6 +420,8 @@ struct Fields {
 
 impl Fields {
     fn add_to(self, headers: &mut HeaderMap) {
+        // One growth of the map at most, not one per field.
+        headers.reserve(3);
         // Appended, not inserted: a field another layer wrote stays, and lists split over
         // field lines are one list (RFC 9651 §3.1).
         if let Some(policy) = self.policy {
