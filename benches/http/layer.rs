@@ -4,6 +4,10 @@
 //! in `X-Forwarded-For` (1,000 clients in turn) — the setup of `benches/http/run.sh`, whose
 //! wall-clock figures on a shared 2-core machine vary more than the layers cost.
 //!
+//! `slidegate_no_headers` is slidegate with `headers_on_allowed(false)`;
+//! `tower_governor_headers` is tower-governor with `use_headers()` (its `x-ratelimit-*`
+//! fields): each layer with and without the fields it writes on admitted responses.
+//!
 //! An iteration builds the request (head, `X-Forwarded-For`, the peer's `ConnectInfo`),
 //! calls the router and polls the response once (every layer and the handler answer at
 //! once); the same for all three, so the differences are what each layer adds.
@@ -32,7 +36,7 @@ use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::SmartIpKeyExtractor;
 
-fn routers() -> [(&'static str, Router); 4] {
+fn routers() -> [(&'static str, Router); 5] {
     let hello = || Router::new().route("/", get(|| async { "hello" }));
     let quota = Quota::new(1_000_000, Duration::from_secs(1)).unwrap();
     let limiter = KeyedLimiter::builder(quota).max_keys(100_000).build();
@@ -49,6 +53,13 @@ fn routers() -> [(&'static str, Router); 4] {
         .key_extractor(SmartIpKeyExtractor)
         .finish()
         .unwrap();
+    let governor_headers = GovernorConfigBuilder::default()
+        .per_nanosecond(1_000)
+        .burst_size(1_000_000)
+        .key_extractor(SmartIpKeyExtractor)
+        .use_headers()
+        .finish()
+        .unwrap();
     [
         ("none", hello()),
         ("slidegate", hello().layer(slidegate)),
@@ -56,6 +67,10 @@ fn routers() -> [(&'static str, Router); 4] {
         (
             "tower_governor",
             hello().layer(GovernorLayer::new(governor)),
+        ),
+        (
+            "tower_governor_headers",
+            hello().layer(GovernorLayer::new(governor_headers)),
         ),
     ]
 }
