@@ -17,7 +17,7 @@
 //! quanta's TSC.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench algorithms
+//! cargo bench --bench algorithms
 //! ```
 
 use std::collections::{HashMap, VecDeque};

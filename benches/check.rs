@@ -14,7 +14,7 @@
 //! Elsewhere both limiters read their default clock, quanta's calibrated TSC.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench check
+//! cargo bench --bench check
 //! ```
 
 use std::hint::black_box;

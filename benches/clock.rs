@@ -3,7 +3,7 @@
 //! `std::time::Instant`.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench clock
+//! cargo bench --bench clock
 //! ```
 
 use std::time::{Duration, Instant};

@@ -16,7 +16,7 @@
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo bench --bench keyed
+//! cargo bench --bench keyed
 //! ```
 
 use std::hint::black_box;

@@ -114,8 +114,8 @@ impl<C: Clock + ?Sized> Clock for &C {
 
 /// The default clock: quanta's calibrated time-stamp counter.
 ///
-/// Each reading is an `rdtsc` and a multiply (about 7 ns here, see the README's benchmark
-/// table), monotonic per clock and with no system call. Its origin is the moment it was
+/// Each reading is an `rdtsc` and a multiply (`benches/clock.rs` measures it), monotonic per
+/// clock and with no system call. Its origin is the moment it was
 /// created; clones share that origin.
 ///
 /// ```
@@ -163,10 +163,9 @@ impl Clock for QuantaClock {
 /// quanta's *recent* time: a reading is one atomic load of a time that a background thread
 /// refreshes every `interval`, instead of a time-stamp-counter read and a scaling multiply.
 ///
-/// It halves the cost of a direct check (an allowed Strict check: 9.7–10.3 ns on
-/// [`QuantaClock`], 4.9–6.0 on this, governor on its own `QuantaUpkeepClock` 4.4–7.1 in the
-/// same runs; `cargo bench --bench check -- 'coarse_clock|check_allowed'`) and takes 2–3 ns
-/// off a keyed one (`cargo bench --bench keyed -- 'coarse|allowed'`). The price is
+/// It about halves the cost of a direct check and takes a few nanoseconds off a keyed one
+/// (`coarse_clock` in `benches/check.rs`, `keyed_coarse_clock` in `benches/keyed.rs`; the
+/// figures are in `docs/benchmarks.md`). The price is
 /// staleness: a reading lags the true time by up to `interval` plus however late the
 /// refreshing thread is scheduled. A limiter's guarantees hold in the time it reads, so with
 /// a lag of at most `δ`, Strict admits at most `L` in any real interval of length `W − δ` (a

@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::algo::sliding_counter::Rule;
+use crate::algo::{Op, Rule};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::multi::{self, Limit, sealed};
@@ -14,9 +14,9 @@ use crate::quota::Quota;
 use crate::sync::AtomicU64;
 use crate::sync::epoch::Guard;
 use crate::wait;
-use crate::window::Op;
-use crate::window::ring::{Ring, Seed};
-use crate::window::state::{Head, Shape, State, charge_fast, charge_loop};
+use crate::window::counter::{charge_fast, charge_loop};
+use crate::window::ring::{Loads, Ring};
+use crate::window::state::{Head, Shape, State};
 
 /// A lock-free sliding-window rate limiter for one key.
 ///
@@ -53,11 +53,9 @@ pub struct SlidingWindow<C = QuantaClock> {
 
 /// A direct limiter's atomics besides the ring's slots: the ring's `front` and `goal`, and
 /// its `cum` (or GCRA's TAT) on a cache line of its own. Every admission writes `cum`, and
-/// sharing its line with `front` and the rest made every other thread's next check miss on
-/// them: two threads on one limiter (`cargo bench --bench check -- contended`) took 75–78 ns
-/// per pair of checks with `cum` beside `front`, 51–55 ns padded (governor: 38–49). A keyed
-/// entry packs them instead (memory matters more there, and one key is rarely hammered by
-/// many threads at once).
+/// sharing its line with `front` and the rest would make every other thread's next check
+/// miss on them (`contended_2_threads`). A keyed entry packs them instead (memory matters
+/// more there, and one key is rarely hammered by many threads at once).
 struct Cells {
     front: AtomicU64,
     goal: AtomicU64,
@@ -321,33 +319,34 @@ impl<C: Clock> SlidingWindow<C> {
         if !matches!(self.head, Head::Ring { .. }) {
             return self.charge_out_of_line(n);
         }
-        match charge_fast(self.ring(), &self.rule, || self.clock.now().0, n) {
+        match charge_fast(self.ring(), &self.rule.counter, || self.clock.now().0, n) {
             Ok(decision) => decision,
-            Err(seed) => self.acquire_slow(n, seed),
+            Err(loads) => self.acquire_slow(n, loads),
         }
     }
 
     /// [`SlidingWindow::acquire`] past the counter's fast path: its general loop
     /// ([`charge_loop`], from what the fast path loaded). Out of line to keep the inlined
-    /// check small; measured, it makes no difference either way (`cargo bench --bench check --
-    /// 'check_(allowed|denied)/(governor|slidegate_strict/10$)'`, two runs each: allowed
-    /// 9.66/9.68 ns out of line, 9.70/9.95 with `#[inline]`, governor 9.9–10.6; denied
-    /// 31.2/29.9 against 28.3/29.5).
+    /// check small (either way measures the same in `check_allowed` and `check_denied`).
     #[inline(never)]
-    fn acquire_slow(&self, n: u64, seed: Option<Seed>) -> Decision {
-        match charge_loop(self.ring(), seed, &self.rule, || self.clock.now().0, n) {
+    fn acquire_slow(&self, n: u64, loads: Option<Loads>) -> Decision {
+        match charge_loop(
+            self.ring(),
+            loads,
+            &self.rule.counter,
+            || self.clock.now().0,
+            n,
+        ) {
             Some(decision) => decision,
             None => unreachable!("a direct limiter's state is never retired"),
         }
     }
 
     /// Checks and charges `n` on an algorithm other than the counter. Out of line, and called
-    /// straight from `acquire` rather than behind `acquire_slow`, a second call, with which
-    /// direct GCRA took 17.3 ns against 15.7–16.3 now (`cargo bench --bench algorithms --
-    /// algorithms_direct`, governor 10.0–10.6 in each run). Returning the decision alone
-    /// lets it be written where the caller returns it: returned in a tuple and copied out, its
-    /// 16-byte reload of what was just stored 8 bytes at a time stalled (`perf annotate`), and
-    /// a GCRA check took 23–24 ns instead of 17.6–18.2.
+    /// straight from `acquire` rather than behind `acquire_slow`, which would be a second
+    /// call (`algorithms_direct`). Returning the decision alone lets it be written where the
+    /// caller returns it: returned in a tuple and copied out, it was reloaded with wide loads
+    /// of what had just been stored in narrower pieces, a store-forwarding stall.
     #[inline(never)]
     fn charge_out_of_line(&self, n: u64) -> Decision {
         self.decide(n, Op::Charge).0
@@ -382,16 +381,16 @@ impl<C: Clock> SlidingWindow<C> {
 }
 
 impl<C: Clock> sealed::Reserve for SlidingWindow<C> {
+    // A direct limiter's state always exists: `make_and_reserve` is the default, this.
     fn judge_cost<'g>(
         &'g self,
         n: u64,
-        act: sealed::Act,
+        op: Op,
         _pin: &'g OnceCell<Guard>,
         held: &mut sealed::Held<'g>,
     ) -> Result<sealed::Judged, CostError> {
         self.rule.validate(n)?;
-        // A direct limiter's state always exists: `Reserve` and `Make` are one.
-        match multi::judge_on(self.state(), &self.rule, &self.clock, n, act, held) {
+        match multi::judge_on(self.state(), &self.rule, &self.clock, n, op, held) {
             Some(judged) => Ok(judged),
             None => unreachable!("a direct limiter's state is never retired"),
         }

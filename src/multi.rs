@@ -48,18 +48,17 @@ use core::ptr;
 use core::time::Duration;
 use std::panic::{self, AssertUnwindSafe};
 
-use crate::algo::sliding_counter::Rule;
+use crate::algo::{Op, Rule};
 use crate::clock::Clock;
 use crate::decision::{CostError, Decision};
 use crate::sync::epoch::Guard;
-use crate::window::Op;
 use crate::window::state::State;
 
 pub(crate) mod sealed {
     use core::any::Any;
     use core::cell::OnceCell;
 
-    use super::{Clock, CostError, Decision, Guard, State};
+    use super::{Clock, CostError, Decision, Guard, Op, State};
 
     /// What a limit answered in [`check_all`](super::check_all): its decision for the cost,
     /// and what it did with it.
@@ -76,16 +75,16 @@ pub(crate) mod sealed {
         Reserved,
         /// Nothing: a judgement only, or a denial.
         Nothing,
-        /// Nothing, and judged nothing: an [`Act::Reserve`] whose limit must first make its
-        /// state, which may evict another key.
+        /// Nothing, and judged nothing: a reservation whose limit must first make its state,
+        /// which may evict another key (see [`Reserve::make_and_reserve`]).
         Deferred,
     }
 
     impl Judged {
-        /// The answer of an [`Act::Reserve`] that needs its state made first.
+        /// The answer of a reservation that needs its state made first.
         pub(crate) fn deferred() -> Self {
             Judged {
-                decision: Decision::new(true, 0, 0, 0, 0),
+                decision: Decision::allowed(0, 0, 0),
                 taken: Taken::Deferred,
             }
         }
@@ -124,35 +123,37 @@ pub(crate) mod sealed {
         pub(crate) clock: &'g dyn Clock,
     }
 
-    /// What [`Reserve::judge_cost`] does with the cost it judges.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Act {
-        /// Nothing: a judgement only, which writes nothing.
-        Judge,
-        /// Reserve it if allowed, on a state that exists already. A limit that would first
-        /// have to make its state (a key not in its limiter's store, or whose quota changed
-        /// shape), which may evict another key, answers [`Judged::deferred`] instead, having
-        /// written nothing.
-        Reserve,
-        /// Reserve it if allowed, making the limit's state if need be.
-        Make,
-    }
-
     /// The protocol side of [`Limit`](super::Limit), not part of the public API.
     pub trait Reserve {
-        /// Judges cost `n` now and does `act` (see [`Act`]). A reservation made is pushed
-        /// onto `held` with its cost, built there rather than returned: copied out of the
-        /// answer, it was read with 16-byte loads of what had just been stored 8 bytes at a
-        /// time, a store-forwarding stall. Its state stays alive while the epoch guard in
+        /// Judges cost `n` now and does `op` with it: [`Op::Peek`] writes nothing;
+        /// [`Op::Reserve`] reserves it if allowed, on a state that exists already — a limit
+        /// that would first have to make its state (a key not in its limiter's store, or
+        /// whose quota changed shape), which may evict another key, answers
+        /// [`Judged::deferred`] instead, having written nothing. A reservation made is
+        /// pushed onto `held` with its cost, built there rather than returned: copied out of
+        /// the answer, it was read with wide loads of what had just been stored in narrower
+        /// pieces, a store-forwarding stall. Its state stays alive while the epoch guard in
         /// `pin` lives (a keyed limit pins it on first use, so checks over direct limiters
         /// alone never pin).
         fn judge_cost<'g>(
             &'g self,
             n: u64,
-            act: Act,
+            op: Op,
             pin: &'g OnceCell<Guard>,
             held: &mut Held<'g>,
         ) -> Result<Judged, CostError>;
+
+        /// Reserves cost `n` if allowed, as [`Reserve::judge_cost`] with [`Op::Reserve`]
+        /// does, making the limit's state first if need be. A limit whose state always
+        /// exists (a direct limiter) has nothing to make.
+        fn make_and_reserve<'g>(
+            &'g self,
+            n: u64,
+            pin: &'g OnceCell<Guard>,
+            held: &mut Held<'g>,
+        ) -> Result<Judged, CostError> {
+            self.judge_cost(n, Op::Reserve, pin, held)
+        }
 
         /// For one key of a keyed limiter, the limiter's address; `None` for a limit that is
         /// an object of its own (a direct limiter), which is one limit only with itself.
@@ -173,7 +174,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Act, Held, Judged, Taken};
+use sealed::{Held, Judged, Taken};
 
 /// One limit a request can be checked against with [`check_all`]: a
 /// [`SlidingWindow`](crate::SlidingWindow), or one key of a
@@ -335,11 +336,9 @@ pub fn check_all(limits: &[(&dyn Limit, u64)]) -> Result<MultiDecision, CostErro
         // On an error (or a panic) `held` is dropped, which releases what it holds. The
         // result is read where the call wrote it, and the reservation is pushed by the limit
         // itself: moved out whole by `?`, or copied out of the answer into `held`, each was
-        // read with 16-byte loads of what had just been stored 8 bytes at a time, a
-        // store-forwarding stall (`perf annotate`; `cargo bench --bench algorithms --
-        // check_all`, two limits, alternating builds: 94.5–96.5 → 78.8–79.2 ns reading in
-        // place, with the ticket below; 80.2–84.0 → 68.0–68.2 pushed by the limit).
-        let result = limit.judge_cost(n, Act::Reserve, &pin, &mut held.entries);
+        // read with wide loads of what had just been stored in narrower pieces, a
+        // store-forwarding stall (`check_all`).
+        let result = limit.judge_cost(n, Op::Reserve, &pin, &mut held.entries);
         let judged = match &result {
             Ok(judged) => judged,
             Err(e) => return Err(*e),
@@ -393,14 +392,14 @@ fn make_deferred<'g>(
     for &i in deferred {
         let (limit, n) = limits[i];
         let total = listing(limits, i).map_or(n, |listing| listing.total);
-        let judged = limit.judge_cost(total, Act::Judge, pin, &mut Held::new())?;
+        let judged = limit.judge_cost(total, Op::Peek, pin, &mut Held::new())?;
         if !judged.decision.is_allowed() {
             return Ok(Some((i, judged.decision)));
         }
     }
     for &i in deferred {
         let (limit, n) = limits[i];
-        let judged = limit.judge_cost(n, Act::Make, pin, &mut held.entries)?;
+        let judged = limit.make_and_reserve(n, pin, &mut held.entries)?;
         if !Reservations::hold(&judged, remaining) {
             return Ok(Some((i, judged.decision)));
         }
@@ -541,7 +540,7 @@ fn reject_repeated_overflow(
             Some(l) if l.entries > 1 && l.zero => return Err(CostError::Zero),
             // The limit validates the sum like any cost: `ExceedsLimit { cost: total, .. }`.
             Some(l) if l.entries > 1 => {
-                limit.judge_cost(l.total, Act::Judge, pin, &mut Held::new())?;
+                limit.judge_cost(l.total, Op::Peek, pin, &mut Held::new())?;
             }
             _ => {}
         }
@@ -577,7 +576,7 @@ fn denial(
             // Judged before with this call's reservations counted (an entry before the
             // denier, or a limit listed again), or not at all (after it).
             limit
-                .judge_cost(listing.total, Act::Judge, pin, &mut Held::new())?
+                .judge_cost(listing.total, Op::Peek, pin, &mut Held::new())?
                 .decision
         };
         remaining = remaining.min(d.remaining());
@@ -594,19 +593,21 @@ fn wait(d: &Decision) -> u64 {
     d.retry_after().map_or(0, |w| w.as_nanos() as u64)
 }
 
-/// Judges cost `n` on `state` under `rule` at `clock`'s now, reserving it if allowed and
-/// `act` reserves (re-judging after a lost CAS), the reservation pushed onto `held`. `None`
-/// if the state is retired.
+/// Judges cost `n` on `state` under `rule` at `clock`'s now and does `op` (a peek or a
+/// reservation, re-judged after a lost CAS), a reservation pushed onto `held`. `None` if the
+/// state is retired.
 #[inline]
 pub(crate) fn judge_on<'r>(
     state: State<'r>,
     rule: &Rule,
     clock: &'r dyn Clock,
     n: u64,
-    act: Act,
+    op: Op,
     held: &mut Held<'r>,
 ) -> Option<Judged> {
-    let op = if act == Act::Judge {
+    debug_assert!(op != Op::Charge, "check_all peeks and reserves");
+    // Spelled out so that the compiler sees no charge here and leaves the charge path out.
+    let op = if op == Op::Peek {
         Op::Peek
     } else {
         Op::Reserve

@@ -1,4 +1,8 @@
 //! What a limiter promises: at most `limit` units of cost in any `window`.
+//!
+//! A quota is plain data, validated when it is made; it depends on nothing else in the
+//! crate. Limiters compile it into a rule (`algo::Rule`), and what one key of it costs in
+//! memory is [`Quota::bytes_per_key`], measured where the state is laid out.
 
 use core::fmt;
 use core::time::Duration;
@@ -44,12 +48,11 @@ pub enum Mode {
     FixedWindow,
     /// The exact sliding log: admits iff the cost admitted in `(t − W, t]` plus the request is
     /// at most `limit` — the definition itself. Keeps the time of each of the last `limit`
-    /// admitted units: 8 bytes per unit of limit (rounded up to a power of two) per key.
-    /// The granularity is not used.
+    /// admitted units (see [`Quota::bytes_per_key`]). The granularity is not used.
     ExactLog,
     /// GCRA (the generic cell rate algorithm, as in governor): a token bucket of `limit` units
-    /// refilled at one unit every `⌈W / limit⌉`; bursts of up to `limit` at once. One word per
-    /// key. The granularity is not used.
+    /// refilled at one unit every `⌈W / limit⌉`; bursts of up to `limit` at once. One word of
+    /// state per key. The granularity is not used.
     Gcra,
 }
 
@@ -120,7 +123,8 @@ pub enum ConfigError {
 /// `Quota::new` picks the default granularity: a tenth of the window when the window is a
 /// whole number of 10 ns (any window of whole microseconds), else the window itself. Ten
 /// buckets bound Strict mode's early denial to a tenth of the window while keeping a key's
-/// state at 96 bytes; choose a finer granularity with [`Quota::with_granularity`].
+/// state small ([`Quota::bytes_per_key`]); choose a finer granularity with
+/// [`Quota::with_granularity`].
 ///
 /// ```
 /// use slidegate::Quota;
@@ -246,24 +250,6 @@ impl Quota {
             granularity,
             ..self
         }
-    }
-
-    /// The approximate bytes of state one key of this quota holds in a
-    /// [`KeyedLimiter`](crate::KeyedLimiter), besides the key itself and its slot in the table
-    /// (the state inline in the entry, plus its heap array if any).
-    ///
-    /// ```
-    /// use slidegate::{Mode, Quota};
-    /// use std::time::Duration;
-    ///
-    /// let q = Quota::new(100, Duration::from_secs(60))?;
-    /// let (counter, gcra) = (q.bytes_per_key(), q.with_mode(Mode::Gcra).bytes_per_key());
-    /// assert!(gcra < counter);
-    /// assert!(q.with_mode(Mode::ExactLog).bytes_per_key() >= 8 * 128);
-    /// # Ok::<(), slidegate::ConfigError>(())
-    /// ```
-    pub fn bytes_per_key(&self) -> usize {
-        crate::window::state::Shape::of(&crate::algo::sliding_counter::Rule::new(*self)).bytes()
     }
 
     pub(crate) fn window_nanos(&self) -> u64 {

@@ -1,9 +1,10 @@
-//! The one place that names atomics.
+//! The one place that names atomics, loom and crossbeam-epoch.
 //!
-//! Everything else imports its atomic types from here, so the same code runs on `std` and,
-//! when built with `RUSTFLAGS="--cfg slidegate_loom"`, on [loom]'s model-checked atomics
-//! (the wiring tokio's `src/loom` and crossbeam's `crossbeam_loom` use). The cfg is
-//! crate-specific so that a user's own `--cfg loom` never changes slidegate.
+//! Everything else imports its atomic types, locks, cells and epoch reclamation from here,
+//! so the same code runs on `std` and, when built with `RUSTFLAGS="--cfg slidegate_loom"`,
+//! on [loom]'s model-checked primitives (the wiring tokio's `src/loom` and crossbeam's
+//! `crossbeam_loom` use). The cfg is crate-specific so that a user's own `--cfg loom` never
+//! changes slidegate.
 //!
 //! Memory reclamation is [crossbeam-epoch], re-exported here as `epoch`. Under loom the
 //! crate is built with its `loom` feature and `--cfg crossbeam_loom` (both set by
@@ -53,6 +54,41 @@ impl Tsc {
 
     pub(crate) fn delta_as_nanos(&self, start: u64, end: u64) -> u64 {
         end.saturating_sub(start)
+    }
+}
+
+/// A use-after-free detector for memory freed by hand (a keyed entry): every use of the
+/// object calls [`Liveness::check`] and its drop calls [`Liveness::end`]. Under loom it is a
+/// loom cell, read by each check and written by the end, so loom reports an object freed
+/// while a reader can still reach it (a use after free reads memory loom does not track,
+/// and goes unseen unless the address is reused). On `std` it is nothing: zero-sized, and
+/// its calls compile to nothing.
+pub(crate) struct Liveness {
+    #[cfg(slidegate_loom)]
+    cell: loom::cell::UnsafeCell<()>,
+}
+
+impl Liveness {
+    #[inline]
+    pub(crate) fn new() -> Liveness {
+        Liveness {
+            #[cfg(slidegate_loom)]
+            cell: loom::cell::UnsafeCell::new(()),
+        }
+    }
+
+    /// A use of the object: under loom, a read that must not race its [`Liveness::end`].
+    #[inline]
+    pub(crate) fn check(&self) {
+        #[cfg(slidegate_loom)]
+        self.cell.with(|_| ());
+    }
+
+    /// The object's end, just before it is freed.
+    #[inline]
+    pub(crate) fn end(&mut self) {
+        #[cfg(slidegate_loom)]
+        self.cell.with_mut(|_| ());
     }
 }
 

@@ -15,7 +15,7 @@ use crate::decision::{CostError, Decision, NEVER};
 /// Runs `check` until it admits, sleeping through the clock's [`Clock::sleep`] after each
 /// denial; a cost error ends the wait at once, and so does, returning it, a denial that says
 /// the cost never fits (a `retry_after` of `u64::MAX` ns: the algorithm's time has reached
-/// its end, see the README's "How"), where waiting could never help.
+/// its end: see `docs/design.md`), where waiting could never help.
 pub(crate) fn block<C: Clock + ?Sized>(
     clock: &C,
     mut check: impl FnMut() -> Result<Decision, CostError>,

@@ -622,7 +622,7 @@ fn handles_of_a_new_key_above_its_limit_evict_nothing() {
 }
 
 /// A fresh GCRA state admits nothing at the end of GCRA's time: a call denied by its new key
-/// there made the key first, forcing another out at `max_keys` (review). New keys are judged
+/// there must not make the key first, forcing another out at `max_keys`. New keys are judged
 /// before any is made.
 #[test]
 fn a_new_gcra_key_denied_at_the_end_of_time_evicts_nothing() {

@@ -1,6 +1,6 @@
 //! GCRA's sequential specification and a linearisability oracle for the GCRA models.
 //!
-//! The model is written from the rule in `design.md` (governor's virtual scheduling) with no
+//! The model is written from the rule in `docs/design.md` (governor's virtual scheduling) with no
 //! code shared with the crate: a theoretical arrival time (TAT), emission interval
 //! `T = ⌈W / L⌉` and tolerance `τ = L·T`; a cost `n` at `t` is admitted iff
 //! `max(TAT, t) + n·T − t ≤ τ`. A refund of `n` at `t` moves the TAT back by `n·T`, never

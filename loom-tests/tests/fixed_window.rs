@@ -10,8 +10,8 @@
 // exactly what was admitted (nothing lost or doubled).
 //
 // The fixed window judges the current bucket's snapshot, which the fast path reads as the
-// ring's second slot (`Fast::rest`), and charges without re-judging. Scratch runs that
-// failed here: the fast path admitting while the clock is already in the next window but
+// ring's second slot (`Fast::rest`), and charges without re-judging. Builds that fail
+// here: the fast path admitting while the clock is already in the next window but
 // `front` is not (it judged the old window's count and reported a wait from it), and the
 // fast path undercounting the window by one (window 0 over). Not visible here, by the
 // ring's own argument: the fast path passing no loads on a decline (the general loop then

@@ -19,7 +19,7 @@
 //
 // Would fail if the release wrote a TAT computed from a load that B's CAS overtook (B's
 // charge lost: TAT 0 or 15 instead of 25), if it subtracted all of `n·T` whenever
-// `now ≤ ticket` (the spec's rule: a reservation at 0 (ticket 20), B's charge at 15 (TAT 30),
+// `now ≤ ticket` (a reservation at 0 (ticket 20), B's charge at 15 (TAT 30),
 // a release at 15 leaves 10 < 25, over-admitting), if it judged with a clock read before its
 // load of the TAT (the same 10), or if a denied `check_all` committed `g` (TAT 45 or 30).
 #![cfg(slidegate_loom)]

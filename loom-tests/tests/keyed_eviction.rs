@@ -14,10 +14,11 @@
 // a CAS against the `cum` it judged idle (the check's CAS on the dead ring succeeds, its
 // admission is lost, and the next check is admitted: total 0 and a second admission), or
 // if a reader could see the retired ring without being sent back to the writer path. And,
-// through the loom cell every entry carries (`Entry::live` in `src/keyed/store.rs`), it
-// would fail if the entry were freed while the checking thread can still reach it: a scratch
-// run that freed unlinked entries at once, instead of through `defer_destroy`, fails here
-// with loom's "concurrent read and write accesses to `UnsafeCell`".
+// through the loom cell every entry carries (`Entry::live` in `src/keyed/entry.rs`, a
+// `sync::Liveness`), it would fail if the entry were freed while the checking thread can
+// still reach it: a build that frees unlinked entries at once, instead of through
+// `defer_destroy`, fails here with loom's "concurrent read and write accesses to
+// `UnsafeCell`".
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;

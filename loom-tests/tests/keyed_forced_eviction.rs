@@ -15,10 +15,10 @@
 //   `window/ring.rs` documents for forced retirement; the evicted key reads as fresh.
 //
 // Would fail if a check or reservation whose entry was retired under it answered from the
-// dead entry instead of looking its key up again (checked in a scratch run: returning a
-// denial there fails the "admitted" assertion), if the multi-check charged its direct limit
-// twice or not at all, or if a full store admitted a second key (checked: skipping
-// `make_room` fails the bound assertion). It runs in about 6 s.
+// dead entry instead of looking its key up again (a build returning a denial there fails
+// the "admitted" assertion), if the multi-check charged its direct limit twice or not at
+// all, or if a full store admitted a second key (a build skipping `make_room` fails the
+// bound assertion). It runs in about 6 s.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;

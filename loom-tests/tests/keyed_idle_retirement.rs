@@ -1,5 +1,5 @@
 // Keyed store — idle retirement judged on the window's contents, racing a check and a
-// refund (`window/ring.rs`, "Retirement"; models written in review).
+// refund (`window/ring.rs`, "Retirement").
 //
 // `retire_idle` retires a key's ring when a consistent read at `now` shows its window
 // empty, even while the newest established bucket (`front`) is still inside that window:
@@ -16,7 +16,7 @@
 // Would fail if retirement judged the window without the CAS from the reading's `cum` (the
 // racing check's admission lands on the dead ring: total 0 and a second admission), or if a
 // refund whose next read finds the ring retired dropped what it had freed: it reported 0
-// freed, having freed 2 (the review's reproduction, fixed in `Ring::refund`).
+// freed, having freed 2 (`Ring::refund` reports what it freed before it met the retirement).
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;

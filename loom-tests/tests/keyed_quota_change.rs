@@ -30,8 +30,8 @@ fn quota(limit: u64, buckets: u64) -> Quota {
 /// A key held (one unit admitted under the old quota) or not when its quota changes shape.
 /// Held, the racing checks find the entry of the old shape and replace it; not held, both go
 /// to the insert path, where one that read the old quota before taking the lock would insert
-/// an entry of the old shape (a scratch run that read the shape before the lock is caught
-/// here only when the key is not held).
+/// an entry of the old shape (a build that reads the shape before the lock is caught here
+/// only when the key is not held).
 fn race(held: bool) {
     model(move || {
         let (old, new) = (quota(2, 2), quota(1, 3));

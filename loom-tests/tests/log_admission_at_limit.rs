@@ -4,7 +4,7 @@
 // are admitted; `admitted_total()` equals the number admitted (none lost, none phantom); the
 // admitted see `remaining` 1 then 0, as in a sequential order; every denial reports no room
 // and a retry when the units at 0 leave (10 ns). Fewer than 2 are admitted only on the
-// documented spurious denial (contract item 4), while an admission is held between its CAS
+// documented spurious denial (`docs/design.md`, concurrency contract), while an admission is held between its CAS
 // and its slot store — loom reaches that interleaving.
 // Would fail if admission were not one CAS from the `cum` judged (with `fetch_add` all three
 // are admitted), if a lost CAS were not re-judged, or if `remaining` came from a stale

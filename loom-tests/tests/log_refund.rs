@@ -5,7 +5,7 @@
 // check is denied on every interleaving — at 9 both units are still in the window, refunded
 // or not (a refund takes effect from its own time) — so no window ever holds more than the
 // definition allows; afterwards a check of 2 at 12 is admitted.
-// Would fail if a refund replaced the unit's time by "empty" (the spec's version): the
+// Would fail if a refund replaced the unit's time by "empty": the
 // check, judging at 9, would find the newest unit outside and admit two more at 9 beside the
 // unit at 0 — three in (−1, 9].
 #![cfg(slidegate_loom)]

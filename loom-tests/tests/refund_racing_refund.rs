@@ -1,4 +1,4 @@
-// Ring refunds — two refunds racing each other while the ring moves on (review model).
+// Ring refunds — two refunds racing each other while the ring moves on.
 //
 // A limiter with L = 10, N = 1 bucket of 10 ns holds 1 unit admitted at t = 5 (bucket 0,
 // unit #0) and 4 at t = 15 (bucket 1, units #1..#4). At 15, thread A refunds 3 and thread B
@@ -14,8 +14,8 @@
 // re-reads at a newer bucket leaves its raise of the newer snapshot in place unreported: A
 // raises bucket 1's snapshot 1 → 3, B raises bucket 0's 0 → 1 (reports 1), the clock moves,
 // A re-reads at bucket 2 whose oldest is bucket 1, now at 3: it frees 2 of the 2 left and
-// reports 2. R = 3 but the window at 25 is empty (4 − 3 = 1 expected at least). Found in
-// review and fixed: a refund that reaches the oldest snapshot raises it from wherever it is
+// reports 2. R = 3 but the window at 25 is empty (4 − 3 = 1 expected at least). Hence: a
+// refund that reaches the oldest snapshot raises it from wherever it is
 // below its target and reports that, or, finding it at or above the target, reports nothing.
 //
 // Not asserted, known and documented: if a fill also recycles the oldest slot under the

@@ -1,4 +1,5 @@
-//! The sliding-window counter, Strict and Weighted (see `shared/design.md`).
+//! The sliding-window counter, Strict and Weighted, and the fixed window: the rules of the
+//! table in `docs/design.md`, judged on a window's tail sums.
 //!
 //! A window of `N` buckets of length `G` is judged at bucket `b`, `r` nanoseconds into it.
 //! The state is the *tail* function: `tail(j)` is the cost admitted in buckets
@@ -8,67 +9,65 @@
 //! - Strict admits `n` iff `tail(0) + n ≤ L`.
 //! - Weighted admits iff `tail(1) + C·(G − r)/G + n ≤ L` with `C = tail(0) − tail(1)`, the
 //!   oldest bucket's count, compared exactly in integers: `C·(G − r) ≤ (L − tail(1) − n)·G`.
+//! - The fixed window (`N = 1`, `G = W`) admits iff `tail(1) + n ≤ L`: the current bucket
+//!   alone.
 
-use crate::decision::{CostError, Decision};
+use crate::decision::Decision;
 use crate::quota::{Mode, Quota};
-use crate::window::gcra::GcraRule;
-use crate::window::ring::Fast;
 
-/// A quota with the numbers the hot path needs precomputed, for every algorithm: the
-/// sliding-window counter's are here; the exact log needs `limit` and `window`, GCRA its own
-/// [`GcraRule`].
+/// Which of the counter's rules a quota is judged by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Strict,
+    Weighted,
+    Fixed,
+}
+
+/// The counter's rule for one quota: Strict, Weighted or the fixed window over `N` buckets
+/// of `G` ns.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Rule {
-    pub(crate) quota: Quota,
+pub(crate) struct CounterRule {
+    /// Strict, Weighted or the fixed window (a quota of another mode is judged as Strict).
+    kind: Kind,
+    pub(crate) limit: u64,
     /// `N`, the number of buckets in a window.
     pub(crate) buckets: u64,
     /// `G` in nanoseconds.
     pub(crate) granularity: u64,
-    pub(crate) limit: u64,
-    /// `W` in nanoseconds.
-    pub(crate) window: u64,
     /// `(N + 1)·G` in nanoseconds (saturated): a window is clear of everything it holds this
     /// long after the start of its newest bucket.
-    pub(crate) span: u64,
-    pub(crate) gcra: GcraRule,
+    span: u64,
 }
 
-impl Rule {
-    pub(crate) fn new(quota: Quota) -> Rule {
-        Rule {
-            quota,
+impl CounterRule {
+    pub(crate) fn new(quota: Quota) -> CounterRule {
+        CounterRule {
+            kind: match quota.mode() {
+                Mode::Weighted => Kind::Weighted,
+                Mode::FixedWindow => Kind::Fixed,
+                Mode::Strict | Mode::ExactLog | Mode::Gcra => Kind::Strict,
+            },
+            limit: quota.limit(),
             buckets: quota.buckets(),
             granularity: quota.granularity_nanos(),
-            limit: quota.limit(),
-            window: quota.window_nanos(),
             span: (quota.buckets() + 1).saturating_mul(quota.granularity_nanos()),
-            gcra: GcraRule::new(quota.limit(), quota.window_nanos()),
         }
     }
 
-    /// A cost the rule can ever admit, or why not: zero, or above the limit (no wait would
-    /// admit it).
+    /// Whether this is the fixed window, which counts its current bucket alone.
     #[inline]
-    pub(crate) fn validate(&self, n: u64) -> Result<(), CostError> {
-        match n {
-            0 => Err(CostError::Zero),
-            n if n > self.limit => Err(CostError::ExceedsLimit {
-                cost: n,
-                limit: self.limit,
-            }),
-            _ => Ok(()),
-        }
+    pub(crate) fn is_fixed_window(&self) -> bool {
+        self.kind == Kind::Fixed
     }
 
     /// Whether cost `n` is admitted at offset `r` given the window's tail sums, and the
     /// decision reported for it: with `n` charged when admitted, unless `peek`.
     #[inline]
     pub(crate) fn judge(&self, r: u64, n: u64, peek: bool, tail: impl Fn(u64) -> u64) -> Decision {
-        let d = match self.quota.mode() {
-            Mode::Weighted => self.judge_weighted(r, n, &tail),
-            Mode::FixedWindow => return self.judge_fixed(r, n, peek, &tail),
-            // The exact log and GCRA are judged by their own cells; Strict is the default.
-            _ => self.judge_strict(r, n, &tail),
+        let d = match self.kind {
+            Kind::Weighted => self.judge_weighted(r, n, &tail),
+            Kind::Fixed => return self.judge_fixed(r, n, peek, &tail),
+            Kind::Strict => self.judge_strict(r, n, &tail),
         };
         if peek && d.is_allowed() {
             self.uncharged(d, r, n, tail)
@@ -80,13 +79,7 @@ impl Rule {
     /// An allowed decision as it reads when nothing was charged.
     #[cold]
     fn uncharged(&self, d: Decision, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
-        Decision::new(
-            true,
-            self.limit,
-            d.remaining() + n,
-            0,
-            self.reset_after(r, &tail),
-        )
+        Decision::allowed(self.limit, d.remaining() + n, self.reset_after(r, &tail))
     }
 
     #[inline]
@@ -101,15 +94,11 @@ impl Rule {
         let newest = self.newest(&tail);
         // The first j at which the buckets before b − N + j have left and the rest fit. Both
         // ends are tried first: under a steady flood the oldest bucket leaving makes room,
-        // after a burst only all of it leaving does. Denials with the whole window in its
-        // newest bucket (old and new builds alternating, three runs each): direct N = 3600
-        // 55–60 → 37–39 ns (`cargo bench --bench check -- check_denied`), keyed at 1000 keys,
-        // N = 10, 45.5–47.5 → 38.7 (`cargo bench --bench keyed -- keyed_denied`); N ≤ 60
-        // direct within this machine's noise.
+        // after a burst only all of it leaving does, and either spares a bisection of the
+        // ring's tails (`check_denied` at N = 3600, `keyed_denied`).
         let j = first_fit_ends(1, newest, |j| tail(j) + n > l);
         let retry = self.after_buckets(j, r);
-        Decision::new(
-            false,
+        Decision::denied(
             l,
             l.saturating_sub(sum),
             retry,
@@ -122,24 +111,30 @@ impl Rule {
     #[inline]
     fn admitted(&self, used: u64, r: u64, n: u64) -> Decision {
         let l = self.limit;
-        Decision::new(true, l, l - used - n, 0, self.span.saturating_sub(r))
+        Decision::allowed(l, l - used - n, self.span.saturating_sub(r))
     }
 
-    /// [`Rule::judge`] for the admissions of the ring's fast path (Strict, Weighted, fixed
-    /// window): the decision if `n` is admitted, `None` if not (or if the second snapshot,
-    /// which Weighted and the fixed window read, is torn), for the general path to judge.
+    /// [`CounterRule::judge`] for the admissions of the ring's fast path, given `tail(0)`
+    /// (`all`) at offset `r` and `rest`, which loads `tail(1)`: the decision if `n` is
+    /// admitted, `None` if not (or if `rest`, which Weighted and the fixed window read, finds
+    /// its snapshot torn), for the general path to judge.
     #[inline(always)]
-    pub(crate) fn judge_fast(&self, fast: &Fast<'_>, n: u64) -> Option<Decision> {
-        let (all, r) = (fast.sum, fast.offset);
-        let used = match self.quota.mode() {
-            Mode::Weighted => self.weighted_use(all, fast.rest()?, r),
-            Mode::FixedWindow => {
+    pub(crate) fn judge_fast(
+        &self,
+        all: u64,
+        r: u64,
+        rest: impl FnOnce() -> Option<u64>,
+        n: u64,
+    ) -> Option<Decision> {
+        let used = match self.kind {
+            Kind::Weighted => self.weighted_use(all, rest()?, r),
+            Kind::Fixed => {
                 // Only the current bucket counts: `tail(1)`, with `N = 1`.
-                let current = fast.rest()?;
+                let current = rest()?;
                 let d = self.judge_fixed(r, n, false, &|_| current);
                 return d.is_allowed().then_some(d);
             }
-            _ => all,
+            Kind::Strict => all,
         };
         (used + n <= self.limit).then(|| self.admitted(used, r, n))
     }
@@ -163,8 +158,7 @@ impl Rule {
         }
         let newest = self.newest(&tail);
         let retry = self.weighted_retry(r, n, newest, &tail);
-        Decision::new(
-            false,
+        Decision::denied(
             l,
             l.saturating_sub(used),
             retry,
@@ -179,11 +173,11 @@ impl Rule {
         let used = tail(1);
         let next = g - r;
         if used + n > l {
-            return Decision::new(false, l, l.saturating_sub(used), next, next);
+            return Decision::denied(l, l.saturating_sub(used), next, next);
         }
         let charged = if peek { 0 } else { n };
         let reset = if used + charged > 0 { next } else { 0 };
-        Decision::new(true, l, l - used - charged, 0, reset)
+        Decision::allowed(l, l - used - charged, reset)
     }
 
     /// Earliest wait after which Weighted admits `n`. In bucket `b + j` the oldest bucket
@@ -191,7 +185,7 @@ impl Rule {
     /// `A_j = L − n − S_j ≥ 0` the request fits from offset `G − ⌊A_j·G / C_j⌋` on. `A_j`
     /// grows with `j`, and once `A_j ≥ 0`, bucket `j + 1` always fits (`A_{j+1} ≥ C_{j+1}`),
     /// so a binary search for the first `A_j ≥ 0` and at most one step decide it. `A_j ≥ 0`
-    /// holds by `j = newest − 1` ([`Rule::newest`]), where nothing is left but the oldest
+    /// holds by `j = newest − 1` ([`CounterRule::newest`]), where nothing is left but the oldest
     /// bucket, so the search ends there, and tries its ends first as Strict's does.
     fn weighted_retry(&self, r: u64, n: u64, newest: u64, tail: &impl Fn(u64) -> u64) -> u64 {
         let (l, g, nb) = (self.limit, self.granularity, self.buckets);
@@ -296,13 +290,13 @@ mod tests {
     use super::*;
     use core::time::Duration;
 
-    fn rule(limit: u64, buckets: u64, mode: Mode) -> Rule {
+    fn rule(limit: u64, buckets: u64, mode: Mode) -> CounterRule {
         let q = Quota::new(limit, Duration::from_nanos(100 * buckets))
             .unwrap()
             .with_granularity(Duration::from_nanos(100))
             .unwrap()
             .with_mode(mode);
-        Rule::new(q)
+        CounterRule::new(q)
     }
 
     /// `counts[i]` is the cost in bucket `b − N + i`.

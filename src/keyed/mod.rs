@@ -1,33 +1,41 @@
-//! The keyed limiter: one sliding window per key, in a lock-free store with bounded memory.
+//! The keyed limiter: one window per key, in a lock-free store with bounded memory.
 //!
 //! Each key's state is the one its quota's algorithm keeps (a snapshot ring, an exact log or
 //! a GCRA cell: [`State`]), judged by the same [`Rule`] a direct limiter uses, so a key's
 //! decisions are exactly those of a [`SlidingWindow`](crate::SlidingWindow) of the key's
-//! quota. The store ([`store`]) documents the table, its reclamation and its eviction; each
-//! state documents the retirement protocol that lets an entry be freed without losing an
-//! admission.
+//! quota. Each state documents the retirement protocol that lets an entry be freed without
+//! losing an admission.
+//!
+//! - [`store`]: the lock-free table, its reclamation and its eviction; [`entry`]: one key's
+//!   allocation.
+//! - [`builder`]: [`KeyedLimiterBuilder`]. [`overrides`]: per-key quotas.
+//! - [`key_limit`]: [`KeyLimit`], one key as a limit of [`check_all`](crate::check_all).
 
+mod builder;
+pub(crate) mod entry;
+mod key_limit;
+mod overrides;
 pub(crate) mod store;
 
-use core::any::Any;
-use core::cell::OnceCell;
+pub use builder::KeyedLimiterBuilder;
+pub use key_limit::KeyLimit;
+
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use core::time::Duration;
-use std::collections::HashMap;
 
-use crate::algo::sliding_counter::Rule;
+use crate::algo::{Op, Rule};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
-use crate::multi::{Limit, sealed};
 use crate::quota::Quota;
-use crate::sync::epoch::{self, Atomic, Guard, Owned};
-use crate::sync::{self, Mutex, Ordering};
+use crate::sync::epoch::{self, Guard};
 use crate::wait;
-use crate::window::Op;
-use crate::window::state::{State, charge_ring};
+use crate::window::counter;
+use crate::window::state::{Shape, State};
 
-use store::{Entry, Shape, Store};
+use entry::Entry;
+use overrides::Overrides;
+use store::Store;
 
 /// The default hasher of a [`KeyedLimiter`]: ahash, with a random state per limiter, so
 /// that an attacker who controls keys cannot predict collisions (HashDoS).
@@ -116,13 +124,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn builder(quota: Quota) -> KeyedLimiterBuilder<K> {
-        KeyedLimiterBuilder {
-            quota,
-            clock: QuantaClock::new(),
-            hasher: DefaultHashBuilder::new(),
-            max_keys: usize::MAX,
-            key: core::marker::PhantomData,
-        }
+        KeyedLimiterBuilder::new(quota)
     }
 }
 
@@ -498,7 +500,7 @@ where
         &self.clock
     }
 
-    /// `key` of this limiter as one [`Limit`] of a [`check_all`](crate::check_all).
+    /// `key` of this limiter as one [`Limit`](crate::Limit) of a [`check_all`](crate::check_all).
     ///
     /// ```
     /// use slidegate::{check_all, KeyedLimiter, Quota};
@@ -513,7 +515,7 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key<'a>(&'a self, key: &'a K) -> KeyLimit<'a, K, C, S> {
-        KeyLimit { limiter: self, key }
+        KeyLimit::new(self, key)
     }
 
     /// The total cost ever admitted to `key`'s current entry, wrapping at 2³² (0 if it holds
@@ -534,9 +536,8 @@ where
     }
 
     /// Checks and charges `n`, validated against the key's quota. Separate from `reserve` so
-    /// that the decision is returned as it is made: moved through a shared path's tuple and
-    /// options it cost store-forwarding stalls (41 → 31.7 ns a check at one key in a bare
-    /// loop; see `Decision::new` for the benchmark of all three fixes).
+    /// that the decision is returned as it is made: moved through a shared path's tuples and
+    /// options it was copied with store-forwarding stalls.
     #[inline]
     fn acquire<R: Outcome>(&self, key: &K, n: u64) -> R {
         let guard = &epoch::pin();
@@ -551,7 +552,7 @@ where
             // The sliding-window counter's charge is called directly; the other algorithms
             // go through `acquire_other`, out of line so that this stays small.
             let decided = match entry.state() {
-                State::Ring { ring, .. } => charge_ring(ring, rule, now, n),
+                State::Ring { ring, .. } => counter::charge(ring, &rule.counter, now, n),
                 _ => return self.acquire_other(key, hash, n, entry, rule, guard),
             };
             match decided {
@@ -565,9 +566,9 @@ where
     }
 
     /// [`KeyedLimiter::acquire`] for an algorithm other than the counter, from `entry` (found
-    /// under `rule`) on. Out of line: inlining every algorithm into the counter's check
-    /// measured 2.5× slower checks (`cargo bench --bench check -- check_allowed`: 29 ns
-    /// against 11.6 ns). It returns what `acquire` returns (see [`Outcome`]).
+    /// under `rule`) on. Out of line: with every algorithm inlined into it, the counter's
+    /// check was more than twice as slow (`keyed_allowed`). It returns what `acquire`
+    /// returns (see [`Outcome`]).
     #[inline(never)]
     fn acquire_other<'g, R: Outcome>(
         &'g self,
@@ -599,7 +600,7 @@ where
         key: &K,
         n: u64,
         guard: &'g Guard,
-    ) -> Result<(Decision, Option<Taken<'g>>), CostError> {
+    ) -> Result<(Decision, Option<ReservedState<'g>>), CostError> {
         let hash = self.store.hash(key);
         let mut lookup = true;
         loop {
@@ -620,7 +621,7 @@ where
         key: &K,
         n: u64,
         guard: &'g Guard,
-    ) -> Result<Option<(Decision, Option<Taken<'g>>)>, CostError> {
+    ) -> Result<Option<(Decision, Option<ReservedState<'g>>)>, CostError> {
         let rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
@@ -637,7 +638,7 @@ where
         entry: &'g Entry<K>,
         rule: &Rule,
         n: u64,
-    ) -> Option<(Decision, Option<Taken<'g>>)> {
+    ) -> Option<(Decision, Option<ReservedState<'g>>)> {
         let now = || self.clock.now().0;
         let (decision, ticket) = entry.state().check(rule, now, n, Op::Reserve)?;
         let taken = decision.is_allowed().then_some((entry.state(), ticket));
@@ -712,8 +713,8 @@ where
 /// What [`KeyedLimiter::acquire`] returns: a `Result` for `check_n`, the bare decision for
 /// `check`, whose cost of 1 is valid under every quota. Built where it is returned, the
 /// decision is written once, where the caller reads it: `check` unwrapping a `Result` copied
-/// it out with 16-byte loads of what had just been stored 8 bytes at a time, which stalled
-/// (`perf annotate`: 17% of a keyed GCRA check on that one load).
+/// it out with wide loads of what had just been stored in narrower pieces, a
+/// store-forwarding stall.
 trait Outcome {
     fn decided(decision: Decision) -> Self;
     fn error(error: CostError) -> Self;
@@ -743,102 +744,9 @@ impl Outcome for Decision {
     }
 }
 
-/// An allowed cost's state, alive while the epoch guard of the check is, and the
-/// reservation's ticket (see `State::check`).
-type Taken<'g> = (State<'g>, u64);
-
-/// One key of a [`KeyedLimiter`], as a [`Limit`] of a [`check_all`](crate::check_all); made
-/// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely.
-///
-/// ```
-/// use slidegate::{check_all, KeyedLimiter, Limit, Quota};
-/// use std::time::Duration;
-///
-/// let by_ip = KeyedLimiter::new(Quota::new(100, Duration::from_secs(1))?);
-/// let by_token = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
-/// let token = String::from("t-123");
-/// let (ip, tok) = (by_ip.key(&[10u8, 0, 0, 1]), by_token.key(&token));
-/// let limits: [(&dyn Limit, u64); 2] = [(&ip, 1), (&tok, 5)];
-/// assert!(check_all(&limits)?.is_allowed());
-/// assert_eq!(check_all(&limits)?.denied_by(), Some(1));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub struct KeyLimit<'a, K, C = QuantaClock, S = DefaultHashBuilder>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    limiter: &'a KeyedLimiter<K, C, S>,
-    key: &'a K,
-}
-
-impl<K, C, S> sealed::Reserve for KeyLimit<'_, K, C, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    fn judge_cost<'g>(
-        &'g self,
-        n: u64,
-        act: sealed::Act,
-        pin: &'g OnceCell<Guard>,
-        held: &mut sealed::Held<'g>,
-    ) -> Result<sealed::Judged, CostError> {
-        let guard = pin.get_or_init(epoch::pin);
-        // The entry stays alive while `guard` is pinned, so until the caller commits or
-        // releases the reservation.
-        let (decision, taken) = match act {
-            sealed::Act::Judge => (self.limiter.judge_only(self.key, n, guard)?, None),
-            sealed::Act::Make => self.limiter.reserve(self.key, n, guard)?,
-            sealed::Act::Reserve => match self.limiter.reserve_existing(self.key, n, guard)? {
-                Some(reserved) => reserved,
-                None => return Ok(sealed::Judged::deferred()),
-            },
-        };
-        let taken = match taken {
-            Some((state, ticket)) => {
-                sealed::hold(held, n, state, ticket, &self.limiter.clock);
-                sealed::Taken::Reserved
-            }
-            None => sealed::Taken::Nothing,
-        };
-        Ok(sealed::Judged { decision, taken })
-    }
-
-    fn keyed_by(&self) -> Option<usize> {
-        let limiter: *const KeyedLimiter<K, C, S> = self.limiter;
-        Some(limiter as usize)
-    }
-
-    fn key(&self) -> Option<&dyn Any> {
-        Some(self.key)
-    }
-
-    fn is_key(&self, key: &dyn Any) -> bool {
-        key.downcast_ref::<K>() == Some(self.key)
-    }
-}
-
-impl<K, C, S> Limit for KeyLimit<'_, K, C, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-}
-
-impl<K, C, S> fmt::Debug for KeyLimit<'_, K, C, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyLimit")
-            .field("key", self.key)
-            .finish_non_exhaustive()
-    }
-}
+/// The state a reservation was made on, alive while the epoch guard of the check is, and
+/// the reservation's ticket (see `State::check`).
+type ReservedState<'g> = (State<'g>, u64);
 
 impl<K, C, S> fmt::Debug for KeyedLimiter<K, C, S>
 where
@@ -850,205 +758,5 @@ where
             .field("quota", &self.rule.quota)
             .field("keys", &self.store.len())
             .finish_non_exhaustive()
-    }
-}
-
-/// Builds a [`KeyedLimiter`]; made by [`KeyedLimiter::builder`].
-///
-/// ```
-/// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
-/// use std::time::Duration;
-///
-/// let limiter = KeyedLimiter::<String, _, _>::builder(Quota::new(10, Duration::from_secs(1))?)
-///     .clock(ManualClock::new())
-///     .max_keys(1_000)
-///     .build();
-/// assert!(limiter.check(&"user-1".to_string()).is_allowed());
-/// # Ok::<(), slidegate::ConfigError>(())
-/// ```
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct KeyedLimiterBuilder<K, C = QuantaClock, S = DefaultHashBuilder> {
-    quota: Quota,
-    clock: C,
-    hasher: S,
-    max_keys: usize,
-    key: core::marker::PhantomData<fn() -> K>,
-}
-
-impl<K, C, S> KeyedLimiterBuilder<K, C, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    /// Reads time from `clock` (default: [`QuantaClock`]).
-    ///
-    /// ```
-    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
-    /// use std::time::Duration;
-    ///
-    /// let clock = ManualClock::new();
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?).clock(clock.clone()).build();
-    /// assert!(limiter.check(&"k").is_allowed());
-    /// clock.advance(Duration::from_millis(1100));
-    /// assert!(limiter.check(&"k").is_allowed());
-    /// # Ok::<(), slidegate::ConfigError>(())
-    /// ```
-    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedLimiterBuilder<K, C2, S> {
-        KeyedLimiterBuilder {
-            quota: self.quota,
-            clock,
-            hasher: self.hasher,
-            max_keys: self.max_keys,
-            key: self.key,
-        }
-    }
-
-    /// Hashes keys with `hasher` (default: [`DefaultHashBuilder`], ahash with a random state).
-    /// Keys chosen by untrusted parties need a keyed hasher, as the default is.
-    ///
-    /// ```
-    /// use slidegate::{KeyedLimiter, Quota};
-    /// use std::time::Duration;
-    ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?)
-    ///     .hasher(std::collections::hash_map::RandomState::new())
-    ///     .build();
-    /// assert!(limiter.check(&"k").is_allowed());
-    /// # Ok::<(), slidegate::ConfigError>(())
-    /// ```
-    pub fn hasher<S2>(self, hasher: S2) -> KeyedLimiterBuilder<K, C, S2>
-    where
-        S2: BuildHasher + Clone + Send + Sync + 'static,
-    {
-        KeyedLimiterBuilder {
-            quota: self.quota,
-            clock: self.clock,
-            hasher,
-            max_keys: self.max_keys,
-            key: self.key,
-        }
-    }
-
-    /// Holds at most `max_keys` keys (at least 1); see [`KeyedLimiter`]'s "Memory" for what
-    /// happens at the bound. Default: unbounded.
-    ///
-    /// ```
-    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
-    /// use std::time::Duration;
-    ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?)
-    ///     .clock(ManualClock::new())
-    ///     .max_keys(10)
-    ///     .build();
-    /// for key in 0..100 {
-    ///     limiter.check(&key);
-    /// }
-    /// assert!(limiter.len() <= 10);
-    /// # Ok::<(), slidegate::ConfigError>(())
-    /// ```
-    pub fn max_keys(self, max_keys: usize) -> Self {
-        KeyedLimiterBuilder { max_keys, ..self }
-    }
-
-    /// The limiter.
-    ///
-    /// ```
-    /// use slidegate::{KeyedLimiter, Quota};
-    /// use std::time::Duration;
-    ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?).build();
-    /// assert!(limiter.check(&0u8).is_allowed());
-    /// # Ok::<(), slidegate::ConfigError>(())
-    /// ```
-    pub fn build(self) -> KeyedLimiter<K, C, S>
-    where
-        C: Clock,
-    {
-        KeyedLimiter {
-            rule: Rule::new(self.quota),
-            store: Store::new(self.hasher, self.max_keys),
-            overrides: Overrides::new(),
-            clock: self.clock,
-        }
-    }
-}
-
-impl<K, C, S> fmt::Debug for KeyedLimiterBuilder<K, C, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedLimiterBuilder")
-            .field("quota", &self.quota)
-            .field("max_keys", &self.max_keys)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Per-key quotas: an immutable map, replaced whole (copy on write) and published through
-/// crossbeam-epoch, so checks read it with one Acquire load and never wait for an update.
-/// Null when empty, so limiters without overrides pay one load and a branch per check.
-struct Overrides<K, S> {
-    map: Atomic<HashMap<K, Rule, S>>,
-    /// Serializes updates, so none is lost to a concurrent one.
-    writer: Mutex<()>,
-}
-
-impl<K, S> Overrides<K, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    fn new() -> Self {
-        Overrides {
-            map: Atomic::null(),
-            writer: Mutex::new(()),
-        }
-    }
-
-    #[inline]
-    fn get<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g Rule> {
-        // Acquire: pairs with the Release in `update`, so the map's contents are visible.
-        let map = self.map.load(Ordering::Acquire, guard);
-        if map.is_null() {
-            return None;
-        }
-        // SAFETY: non-null maps are freed by `defer_destroy` after being replaced, so not
-        // before `guard` is dropped.
-        unsafe { map.deref() }.get(key)
-    }
-
-    /// Publishes a copy of the map changed by `change`.
-    fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, Rule, S>)) {
-        let _writer = sync::lock(&self.writer);
-        let guard = epoch::pin();
-        let old = self.map.load(Ordering::Acquire, &guard);
-        // SAFETY: as in `get`.
-        let mut map = match unsafe { old.as_ref() } {
-            Some(map) => map.clone(),
-            None => HashMap::with_hasher(hasher.clone()),
-        };
-        change(&mut map);
-        let new = if map.is_empty() {
-            epoch::Shared::null()
-        } else {
-            Owned::new(map).into_shared(&guard)
-        };
-        // Release: pairs with the Acquire in `get`, publishing the new map's contents.
-        self.map.store(new, Ordering::Release);
-        if !old.is_null() {
-            // SAFETY: unlinked just now, under the writer lock; readers that loaded it are
-            // pinned.
-            unsafe { guard.defer_destroy(old) };
-        }
-    }
-}
-
-impl<K, S> Drop for Overrides<K, S> {
-    fn drop(&mut self) {
-        // SAFETY: `&mut self`: no reader can hold the map.
-        let guard = unsafe { epoch::unprotected() };
-        let map = self.map.load(Ordering::Relaxed, guard);
-        if !map.is_null() {
-            // SAFETY: as above; the current map is owned by `self`.
-            drop(unsafe { map.into_owned() });
-        }
     }
 }

@@ -5,10 +5,10 @@
 //! A table is a power-of-two array of slots; a slot is an atomic pointer
 //! ([`Atomic`](crate::sync::epoch) from crossbeam-epoch) that is *empty* (null), a *tombstone*
 //! (null with tag 1: a key was here, keep probing) or an entry, tagged with the top four bits
-//! of its key's hash (see [`ENTRY_ALIGN`]). An entry is one allocation:
-//! hash, the state's [`Head`], the key, then the state's atomic words inline (a ring's
-//! `front`, `goal`, `cum` and snapshots; a GCRA cell's TAT); only the exact log keeps its
-//! array in a second one. A lookup of an existing key is one dependent load for the table,
+//! of its key's hash (see [`TAG_MASK`]). An entry ([`Entry`]) is one allocation: hash, the
+//! state's head, the key, then the state's atomic words inline (a ring's `front`, `goal`,
+//! `cum` and snapshots; a GCRA cell's TAT); only the exact log keeps its array in a second
+//! one. A lookup of an existing key is one dependent load for the table,
 //! one per probed slot and then the entry itself — linear probing keeps the probed slots on
 //! one or two cache lines, a probe passes the entries of other keys by their tags, and a
 //! small ring's words share the entry's first lines.
@@ -45,30 +45,20 @@
 
 use core::hash::{BuildHasher, Hash};
 
-use std::alloc::{self, Layout};
-
-use core::{mem, ptr};
-
-use crate::sync::epoch::{self, Atomic, Guard, Owned, Pointable, Pointer, Shared};
+use crate::sync::epoch::{self, Atomic, Guard, Owned, Pointer, Shared};
 use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::window::state::{Head, State};
+use crate::window::state::{Shape, State};
 
-pub(crate) use crate::window::state::Shape;
+use super::entry::{ENTRY_ALIGN, Entry};
 
 /// The tag that marks a null slot as a tombstone.
 const TOMBSTONE: usize = 1;
 
-/// Entries are aligned to 16 bytes, so a slot pointing to one has four tag bits; they hold
-/// the top four bits of the key's hash ([`fragment`]). A probe compares them before it
-/// dereferences the entry, and so skips all but one in sixteen of the entries of other keys
-/// on its way, each a cache miss in a large table: at a million keys (a table at load 1/2,
-/// about 1.5 slots probed per hit), 359–370 → 309–314 ns a check, old and new builds
-/// alternating (`cargo bench --bench keyed -- keyed_allowed/slidegate/1000000`), and a new
-/// key's two probes to an empty slot 196–198 → 177–184 ns. 16 is what the system allocator
-/// aligns every allocation of this size to anyway, so the alignment costs no memory.
-const ENTRY_ALIGN: usize = 16;
-
-/// The tag bits of a slot that points to an entry.
+/// The tag bits of a slot that points to an entry: entries are aligned to [`ENTRY_ALIGN`],
+/// so a slot pointing to one has four tag bits. They hold the top four bits of the key's hash
+/// ([`fragment`]). A probe compares them before it dereferences the entry, and so skips all
+/// but one in sixteen of the entries of other keys on its way, each a cache miss in a large
+/// table (`keyed_allowed` at a million keys, `keyed_new_key`).
 const TAG_MASK: usize = ENTRY_ALIGN - 1;
 
 /// The slot tag of an entry of a key with `hash`: its top bits, which no table homes by. A
@@ -91,143 +81,6 @@ const SAMPLE: usize = 16;
 
 /// Slots `retain_recent` examines per lock acquisition.
 const CHUNK: usize = 1024;
-
-/// One key's entry: hash, state head, key, then the state's words inline, in one allocation
-/// (see the `Pointable` impl): a check at a million keys misses on the table slot and then
-/// on the entry, whose first lines hold the key and, for a small ring, its words too. With
-/// the words in a boxed slice of their own it missed a third time: a million keys, N = 10,
-/// in a bare loop, 383–409 ns a check against 256–269 inline.
-#[repr(C)]
-pub(crate) struct Entry<K, W: ?Sized = [AtomicU64]> {
-    /// The low 32 bits of the key's hash (all a table of up to 2³² slots homes by), and above
-    /// them the number of words: a deref reads the entry's length with one shift rather than
-    /// a match on its head (a check derefs every entry it probes).
-    tag: u64,
-    /// Under loom, a cell read by every use of the entry's state and written by its drop:
-    /// loom then reports an entry freed while a reader can still reach it (a use after free
-    /// reads memory loom does not track, and went unseen unless the address was reused).
-    #[cfg(slidegate_loom)]
-    live: loom::cell::UnsafeCell<()>,
-    head: Head,
-    pub(crate) key: K,
-    words: W,
-}
-
-/// An entry's fields before its words: the same offsets as in `Entry<K>` (`repr(C)`).
-type Header<K> = Entry<K, [AtomicU64; 0]>;
-
-impl<K> Entry<K> {
-    /// The low 32 bits of the key's hash.
-    #[inline]
-    fn hash(&self) -> u32 {
-        self.tag as u32
-    }
-
-    /// The key's state.
-    #[inline]
-    pub(crate) fn state(&self) -> State<'_> {
-        #[cfg(slidegate_loom)]
-        self.live.with(|_| ());
-        self.head.packed(&self.words)
-    }
-
-    /// Whether the entry's state has `shape`.
-    #[inline]
-    pub(crate) fn fits(&self, shape: Shape) -> bool {
-        self.state().fits(shape)
-    }
-
-    /// The layout of an entry with `len` words: the header, the words at their offset in the
-    /// unsized struct, padded to the struct's alignment (so that the allocation holds the
-    /// whole value a reference to it spans), at the address alignment of
-    /// [`Pointable::ALIGN`]. The size is not padded to the latter: padded to 16, an entry of
-    /// a ring of ten buckets (152 bytes) took the allocator's next size class, 16 bytes more
-    /// per key (`cargo run --release --example keyed_memory`: N = 10, 194 → 210 bytes).
-    fn layout(len: usize) -> Layout {
-        let size = mem::offset_of!(Header<K>, words) + len * mem::size_of::<AtomicU64>();
-        let align = mem::align_of::<Header<K>>();
-        match Layout::from_size_align(size.next_multiple_of(align), Self::ALIGN) {
-            Ok(layout) => layout,
-            Err(_) => panic!("an entry of {len} words overflows the address space"),
-        }
-    }
-
-    /// The entry at address `ptr` (made by [`Pointable::init`]), as a pointer with its
-    /// length.
-    ///
-    /// # Safety
-    /// `ptr` must come from `init` and not yet be dropped.
-    unsafe fn fat(ptr: usize) -> *mut Entry<K> {
-        // SAFETY: the caller's contract; the header's fields are initialised and sit at the
-        // same offsets in `Header<K>` as in the entry (`repr(C)`, same field types).
-        let len = unsafe { (*(ptr as *const Header<K>)).tag >> 32 } as usize;
-        ptr::slice_from_raw_parts_mut(ptr as *mut AtomicU64, len) as *mut Entry<K>
-    }
-}
-
-/// Allocates entries with their words inline, for crossbeam-epoch's `Atomic` (which frees
-/// them through `drop` below). The shape fixes the number of words, so each entry's length
-/// is read back from its head.
-impl<K> Pointable for Entry<K> {
-    // At least 16: the low four bits of an entry's address carry its hash's fragment.
-    const ALIGN: usize = if mem::align_of::<Header<K>>() > ENTRY_ALIGN {
-        mem::align_of::<Header<K>>()
-    } else {
-        ENTRY_ALIGN
-    };
-
-    type Init = (u64, K, Shape);
-
-    unsafe fn init((hash, key, shape): Self::Init) -> usize {
-        let len = shape.words();
-        let layout = Entry::<K>::layout(len);
-        // SAFETY: `layout` has a non-zero size (the header is at least 16 bytes).
-        let raw = unsafe { alloc::alloc(layout) };
-        if raw.is_null() {
-            alloc::handle_alloc_error(layout);
-        }
-        let entry = ptr::slice_from_raw_parts_mut(raw.cast::<AtomicU64>(), len) as *mut Entry<K>;
-        // SAFETY: `raw` is a fresh allocation of `layout`, which holds the unsized entry of
-        // `len` words (same offsets, size rounded up to the same alignment); each field is
-        // written once, in place, before anything reads it.
-        unsafe {
-            ptr::addr_of_mut!((*entry).tag).write(((len as u64) << 32) | (hash & 0xffff_ffff));
-            ptr::addr_of_mut!((*entry).head).write(Head::new(shape));
-            #[cfg(slidegate_loom)]
-            ptr::addr_of_mut!((*entry).live).write(loom::cell::UnsafeCell::new(()));
-            ptr::addr_of_mut!((*entry).key).write(key);
-            let words = ptr::addr_of_mut!((*entry).words).cast::<AtomicU64>();
-            for i in 0..len {
-                words.add(i).write(AtomicU64::new(shape.initial(i)));
-            }
-        }
-        raw as usize
-    }
-
-    unsafe fn deref<'a>(ptr: usize) -> &'a Self {
-        // SAFETY: `ptr` is a live entry (the trait's contract): initialised, and freed only
-        // by `drop`, which the caller does not run concurrently.
-        unsafe { &*Entry::<K>::fat(ptr) }
-    }
-
-    unsafe fn deref_mut<'a>(ptr: usize) -> &'a mut Self {
-        // SAFETY: as in `deref`, and the caller holds the only reference.
-        unsafe { &mut *Entry::<K>::fat(ptr) }
-    }
-
-    unsafe fn drop(ptr: usize) {
-        // SAFETY: `ptr` is a live entry no one else references (the trait's contract); it
-        // was allocated by `init` with the layout of its length, and is dropped once.
-        unsafe {
-            let entry = Entry::<K>::fat(ptr);
-            let layout = Entry::<K>::layout(((*entry).tag >> 32) as usize);
-            #[cfg(slidegate_loom)]
-            (*entry).live.with_mut(|_| ());
-            ptr::drop_in_place(entry);
-            alloc::dealloc(ptr as *mut u8, layout);
-        }
-    }
-}
 
 struct Table<K> {
     mask: usize,
@@ -472,10 +325,10 @@ where
     }
 
     /// Examines [`SWEEP`] slots after the cursor, evicting entries that have been idle for a
-    /// whole window already (`State::retire_stale`). Evicting every idle entry instead made
-    /// keys in steady use thrash: a GCRA key is idle a moment after each check, and each
-    /// insert evicted up to four such keys, each of which came back as an insert
-    /// (`cargo bench --bench algorithms -- keyed_1000/slidegate/gcra`: 139 ns a check).
+    /// whole window already (`State::retire_stale`). Evicting every idle entry instead would
+    /// make keys in steady use thrash: a GCRA key is idle a moment after each check, and
+    /// each insert would evict up to four such keys, each of which would come back as an
+    /// insert (`algorithms_keyed_1000`).
     fn sweep(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
         for _ in 0..SWEEP {
             let i = writer.cursor & table.mask;
@@ -483,10 +336,9 @@ where
             self.evict_if(writer, table, i, guard, |state| state.retire_stale(now));
         }
         // Start loading the entries the next sweep examines, so that it finds them in cache
-        // rather than waiting on a miss for each: the sweep's misses were most of a new
-        // key's cost (`cargo bench --bench keyed -- keyed_new_key`: 181–205 ns a new key with
-        // the prefetch, 232–252 without; governor's 124–147). The same prefetch ahead of a
-        // resize's re-homing measured no gain.
+        // rather than waiting on a miss for each: the sweep's misses are most of a new key's
+        // cost without it (`keyed_new_key`). The same prefetch ahead of a resize's re-homing
+        // gains nothing.
         for k in 0..SWEEP {
             let i = writer.cursor.wrapping_add(k) & table.mask;
             let slot = table.slots[i].load(Ordering::Relaxed, guard);
@@ -666,331 +518,4 @@ impl<K, S> Drop for Store<K, S> {
 }
 
 #[cfg(all(test, not(slidegate_loom)))]
-mod tests {
-    use super::*;
-    use core::hash::Hasher;
-
-    /// Sends every key to one hash: every key shares one probe sequence.
-    #[derive(Clone, Default)]
-    struct OneHash;
-
-    impl BuildHasher for OneHash {
-        type Hasher = OneHasher;
-        fn build_hasher(&self) -> OneHasher {
-            OneHasher
-        }
-    }
-
-    struct OneHasher;
-
-    impl Hasher for OneHasher {
-        fn finish(&self) -> u64 {
-            7
-        }
-        fn write(&mut self, _: &[u8]) {}
-    }
-
-    const SHAPE: Shape = Shape::Ring {
-        granularity: 10,
-        buckets: 2,
-    };
-
-    /// Inserts `key` at `now` and charges it one unit there.
-    fn touch<S: BuildHasher>(store: &Store<u32, S>, key: u32, now: u64) {
-        let guard = epoch::pin();
-        let hash = store.hash(&key);
-        let entry = store.get_or_insert(&key, hash, || SHAPE, now, &guard);
-        let State::Ring { ring, .. } = entry.state() else {
-            panic!("a ring shape makes a ring")
-        };
-        let read = ring.read(10, || now, true, |_| ());
-        assert!(read.is_some_and(|((), r)| ring.try_charge(r, 1)));
-    }
-
-    fn held<S: BuildHasher>(store: &Store<u32, S>, key: u32) -> bool {
-        let guard = epoch::pin();
-        store.get(&key, store.hash(&key), &guard).is_some()
-    }
-
-    #[test]
-    fn a_second_insert_of_a_key_finds_the_first() {
-        let store = Store::new(OneHash, usize::MAX);
-        let guard = epoch::pin();
-        let a = store.get_or_insert(&1u32, 7, || SHAPE, 0, &guard) as *const Entry<u32>;
-        let b = store.get_or_insert(&1u32, 7, || SHAPE, 0, &guard) as *const Entry<u32>;
-        assert_eq!(a, b);
-        assert_eq!(store.len(), 1);
-    }
-
-    /// Hashes key `k` to `k mod H | k << 60`: `H` home slots at most, low bits shared within
-    /// each, and fragments `k mod 16`, so keys 16 apart share a fragment too.
-    #[derive(Clone, Default)]
-    struct Homes<const H: u64>;
-
-    impl<const H: u64> BuildHasher for Homes<H> {
-        type Hasher = HomesHasher<H>;
-        fn build_hasher(&self) -> HomesHasher<H> {
-            HomesHasher(0)
-        }
-    }
-
-    struct HomesHasher<const H: u64>(u64);
-
-    impl<const H: u64> Hasher for HomesHasher<H> {
-        fn finish(&self) -> u64 {
-            (self.0 % H) | (self.0 << 60)
-        }
-        fn write(&mut self, _: &[u8]) {
-            unreachable!("u32 keys hash through write_u32")
-        }
-        fn write_u32(&mut self, k: u32) {
-            self.0 = u64::from(k);
-        }
-    }
-
-    #[test]
-    fn probes_find_keys_past_entries_of_other_fragments() {
-        let store = Store::new(Homes::<1>, usize::MAX);
-        // One probe sequence of 40 keys whose fragments differ (0..16) and repeat (k, k + 16).
-        for key in 0..40 {
-            touch(&store, key, 0);
-        }
-        let guard = epoch::pin();
-        for key in 0..40u32 {
-            let hash = store.hash(&key);
-            let entry = store.get(&key, hash, &guard).expect("every key is held");
-            assert_eq!(entry.key, key);
-            // The one charge of `touch`, so the entry is this key's own.
-            assert_eq!(entry.state().admitted(), 1);
-        }
-        assert!(store.get(&40, store.hash(&40), &guard).is_none());
-        assert_eq!(store.len(), 40);
-    }
-
-    #[test]
-    fn lookups_probe_past_tombstones() {
-        let store = Store::new(OneHash, usize::MAX);
-        // Keys 0..4 at time 0, then 4..6 later: 0..4 are idle by t = 30.
-        for key in 0..4 {
-            touch(&store, key, 0);
-        }
-        for key in 4..6 {
-            touch(&store, key, 25);
-        }
-        let evicted = store.retain_recent(30);
-        assert_eq!(evicted, 4);
-        assert_eq!(store.len(), 2);
-        // 4 and 5 sit after the four tombstones in the one probe sequence.
-        assert!(held(&store, 4) && held(&store, 5));
-        assert!(!held(&store, 0));
-        // A new key reuses the first tombstone, and every key is still found.
-        touch(&store, 9, 30);
-        assert!(held(&store, 4) && held(&store, 5) && held(&store, 9));
-    }
-
-    #[test]
-    fn unlinking_the_end_of_a_probe_sequence_leaves_no_tombstones() {
-        let store = Store::new(OneHash, usize::MAX);
-        for key in 0..3 {
-            touch(&store, key, 0);
-        }
-        assert_eq!(store.retain_recent(30), 3);
-        assert_eq!(crate::sync::lock(&store.writer).tombstones, 0);
-    }
-
-    #[test]
-    fn resizes_keep_every_entry_and_its_counts() {
-        let store = Store::new(ahash::RandomState::new(), usize::MAX);
-        for key in 0..1000 {
-            touch(&store, key, 0);
-        }
-        assert_eq!(store.len(), 1000);
-        let guard = epoch::pin();
-        for key in 0..1000 {
-            let entry = store.get(&key, store.hash(&key), &guard);
-            assert_eq!(entry.map(|e| e.state().admitted()), Some(1), "key {key}");
-        }
-        // Load at most 3/4.
-        let table = store.table(&guard);
-        assert!(4 * 1000 <= 3 * (table.mask + 1));
-    }
-
-    #[test]
-    fn inserts_evict_only_entries_idle_for_a_whole_window() {
-        // SHAPE: W = 20 ns. Keys charged at t = 0 are idle from t = 30 (bucket 3 > 0 + N).
-        let store = Store::new(ahash::RandomState::new(), usize::MAX);
-        for key in 0..4 {
-            touch(&store, key, 0);
-        }
-        // Idle, but not yet for a window: sweeps pass them by (no thrash of keys in use).
-        for key in 100..120 {
-            touch(&store, key, 49);
-        }
-        assert_eq!(store.evictions(), 0);
-        assert!((0..4).all(|key| held(&store, key)));
-        // Idle since t = 30, a window before t = 50: the sweeps take them.
-        for key in 200..240 {
-            touch(&store, key, 50);
-        }
-        assert_eq!(store.evictions(), 4);
-        assert!((0..4).all(|key| !held(&store, key)));
-    }
-
-    #[test]
-    fn a_full_store_forces_out_the_least_recently_active_entry() {
-        let store = Store::new(OneHash, 3);
-        for (key, t) in [(0, 10), (1, 0), (2, 20)] {
-            touch(&store, key, t);
-        }
-        touch(&store, 3, 25);
-        assert_eq!(store.forced_evictions(), 1);
-        assert!(!held(&store, 1));
-        assert!(held(&store, 0) && held(&store, 2) && held(&store, 3));
-    }
-
-    /// Entries of every shape, with keys of a stricter alignment than the header's (`u128`)
-    /// and keys that own heap memory (`String`): each keeps its key, its state's words and
-    /// its counts through inserts and resizes, and dropping the store frees them all.
-    #[test]
-    fn entries_of_every_shape_and_key_layout_keep_their_words() {
-        fn check_all_shapes<K: Hash + Eq + Clone + Send + Sync + 'static>(key: impl Fn(u32) -> K) {
-            let gcra = crate::window::gcra::GcraRule::new(4, 40);
-            let shapes = [
-                SHAPE,
-                Shape::Ring {
-                    granularity: 1,
-                    buckets: 300,
-                },
-                Shape::Log {
-                    capacity: 4,
-                    window: 40,
-                },
-                Shape::Gcra(gcra),
-            ];
-            for shape in shapes {
-                let store = Store::new(ahash::RandomState::new(), usize::MAX);
-                let guard = epoch::pin();
-                let rule = crate::algo::sliding_counter::Rule::new(
-                    crate::Quota::new(4, core::time::Duration::from_nanos(40)).expect("valid"),
-                );
-                for k in 0..200 {
-                    let key = key(k);
-                    let entry = store.get_or_insert(&key, store.hash(&key), || shape, 0, &guard);
-                    assert!(entry.state().fits(shape));
-                    assert!(entry.key == key);
-                    if let State::Ring { granularity, ring } = entry.state() {
-                        let read = ring.read(granularity, || 5, true, |_| ());
-                        assert!(read.is_some_and(|((), r)| ring.try_charge(r, 1)));
-                    } else {
-                        let now = || 5;
-                        let (d, _) = entry
-                            .state()
-                            .check(&rule, now, 1, crate::window::Op::Peek)
-                            .expect("live");
-                        assert!(d.is_allowed());
-                    }
-                }
-                for k in 0..200 {
-                    let key = key(k);
-                    let entry = store.get(&key, store.hash(&key), &guard).expect("held");
-                    assert!(entry.key == key && entry.state().fits(shape));
-                    if matches!(shape, Shape::Ring { .. }) {
-                        assert_eq!(entry.state().admitted(), 1, "key {k}");
-                    }
-                }
-            }
-        }
-        check_all_shapes(|k| u128::from(k) << 70);
-        check_all_shapes(|k| format!("key number {k}"));
-    }
-
-    /// The table's invariants, checked under the writer lock: every linked entry is live, is
-    /// tagged with its key's fragment and is reachable from its home slot (no empty slot in
-    /// between); `len` and `tombstones` count what the slots hold; a free slot remains.
-    fn check_invariants<S: BuildHasher>(store: &Store<u32, S>) {
-        let writer = store.lock();
-        let guard = epoch::pin();
-        let table = store.table(&guard);
-        let (mut entries, mut tombstones) = (0, 0);
-        for (i, slot) in table.slots.iter().enumerate() {
-            let slot = slot.load(Ordering::Relaxed, &guard);
-            if slot.is_null() {
-                tombstones += usize::from(slot.tag() == TOMBSTONE);
-                continue;
-            }
-            entries += 1;
-            // SAFETY: linked, and only the writer (held here) unlinks.
-            let entry = unsafe { slot.deref() };
-            let hash = store.hash(&entry.key);
-            assert_eq!(slot.tag(), fragment(hash), "slot {i}: tag");
-            assert!(
-                !entry.state().is_retired(),
-                "slot {i}: a retired entry is linked"
-            );
-            let mut j = table.home(hash);
-            while j != i {
-                let on_way = table.slots[j].load(Ordering::Relaxed, &guard);
-                assert!(
-                    !(on_way.is_null() && on_way.tag() != TOMBSTONE),
-                    "key {} unreachable: slot {j} is empty",
-                    entry.key
-                );
-                j = (j + 1) & table.mask;
-            }
-        }
-        assert_eq!(entries, store.len(), "len");
-        assert_eq!(tombstones, writer.tombstones, "tombstones");
-        assert!(entries + tombstones <= table.mask, "no free slot");
-    }
-
-    /// 20 000 random steps (an insert-or-find with a charge, a clock step, a `retain_recent`)
-    /// with the invariants checked after each, and a live key never given a second entry.
-    fn random_steps<S: BuildHasher>(store: &Store<u32, S>, seed: u64, keys: u32) {
-        let mut x = seed | 1;
-        // xorshift64: deterministic, no dependency.
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut now = 0;
-        for step in 0..20_000 {
-            match next() % 10 {
-                0 => now += next() % 15,
-                1 => {
-                    store.retain_recent(now);
-                }
-                _ => {
-                    let key = (next() % u64::from(keys)) as u32;
-                    let guard = epoch::pin();
-                    let hash = store.hash(&key);
-                    let before = store.get(&key, hash, &guard);
-                    let entry = store.get_or_insert(&key, hash, || SHAPE, now, &guard);
-                    assert_eq!(entry.key, key);
-                    if let Some(before) = before.filter(|e| !e.state().is_retired()) {
-                        assert!(ptr::eq(before, entry), "step {step}: a second entry");
-                    }
-                    let State::Ring { ring, .. } = entry.state() else {
-                        panic!("a ring shape makes a ring")
-                    };
-                    if let Some(((), read)) = ring.read(10, || now, true, |_| ()) {
-                        ring.try_charge(read, 1);
-                    }
-                }
-            }
-            check_invariants(store);
-        }
-    }
-
-    #[test]
-    fn random_inserts_evictions_and_resizes_keep_the_table_invariants() {
-        for seed in 1..20u64 {
-            // Three home slots, fragments that differ: long shared probe sequences.
-            random_steps(&Store::new(Homes::<3>, usize::MAX), seed, 40);
-            random_steps(&Store::new(Homes::<3>, 7), seed, 40);
-            random_steps(&Store::new(OneHash, 5), seed, 12);
-            random_steps(&Store::new(ahash::RandomState::new(), 30), seed, 200);
-        }
-    }
-}
+mod tests;

@@ -1,17 +1,12 @@
-//! GCRA: the theoretical arrival time (TAT) of the generic cell rate algorithm in one word.
-//!
-//! The rule is governor's virtual scheduling (ITU-T I.371's GCRA, as in governor's
-//! `src/gcra.rs`): with emission interval `T = ⌈W / L⌉` ns and tolerance `τ = L·T`, a cost
-//! `n` at time `t` is admitted iff `new − t ≤ τ`, where `base = max(TAT, t)` and
-//! `new = base + n·T`; admitting it moves the TAT to `new`. One unit of room comes back every
-//! `T`; an idle cell holds a burst of `L`. It is one implementation of the token bucket and
-//! of the leaky bucket as a meter.
+//! GCRA's cell: the theoretical arrival time (TAT) in one atomic word, judged by the rule
+//! in [`crate::algo::gcra`].
 //!
 //! # State
-//! One `AtomicU64`: bits 0..63 the TAT, in ns since the clock's origin (times are `< 2⁶³`,
-//! about 292 years), bit 63 `RETIRED`. A fresh cell holds TAT 0, as empty as can be. Every
-//! TAT below the time of a reading is the same state to it (`max(TAT, t) = t`): this is what
-//! makes every argument below work with "equal for every later time".
+//! One `AtomicU64`: bits 0..63 the TAT, in ns since the clock's origin (at most
+//! [`MAX_TIME`], about 292 years), bit 63 [`RETIRED`]. A fresh cell holds TAT 0, as empty as
+//! can be. Every TAT below the time of a reading is the same state to it
+//! (`max(TAT, t) = t`): this is what makes every argument below work with "equal for every
+//! later time".
 //!
 //! # Check ([`Gcra::check`])
 //! Load the TAT (Acquire), read the clock, judge ([`GcraRule::judge`]); a charge or a
@@ -22,20 +17,6 @@
 //! our time at least the winner's, so each decision is the sequential rule's at its CAS
 //! (linearisable, for a clock monotone across threads). A peek loads once and writes nothing;
 //! a denial writes nothing.
-//!
-//! Reading older than the state: every TAT was written by a judgement at some `t_w` with
-//! `TAT − t_w ≤ τ`, so `TAT − τ` is a time already seen. A reading below it (a clock set
-//! back, or skew between cores) is judged at `TAT − τ` instead — design.md's "a reading
-//! older than one already seen is treated as the newest seen", as far as the cell can tell.
-//! For a monotone clock this never applies (the property tests pin it), and it changes no
-//! admission, only the `retry_after` of a denial.
-//!
-//! Arithmetic is exact: the judgement works in `u128` (`n·T` and `t + τ` may exceed `u64`
-//! for windows near 2⁶³ ns); a TAT never passes `MAX_TIME = 2⁶³ − 1`, so that it never
-//! reaches `RETIRED`: readings count as at most `MAX_TIME` (292 years from the clock's
-//! origin), and a cost whose TAT would pass it is denied, with a `retry_after` of `u64::MAX`
-//! ns (never: time stops there). Capping the TAT instead let every check through once it
-//! reached the cap.
 //!
 //! # Reservations and release ([`Gcra::release`], for `check_all`)
 //! A reservation is a charge: `check(.., Op::Reserve)` CASes the TAT to `new` and returns it
@@ -53,16 +34,16 @@
 //! `S − Δ ≥ ticket + a − (ticket − now) = now + a ≥ m`, and `S − Δ ≥ S − n·T`. The release
 //! gives back exactly the part of the reservation that has not drained by `now`.
 //!
-//! **Fixed from the spec.** The spec subtracted all of `n·T` whenever `now ≤ ticket`. That
-//! over-admits: with `T = 10`, `L = 3`, a reservation of 2 at `t = 0` (ticket 20, start 0),
-//! then a check of 1 at `t = 15` (TAT 30, allowed), then a release at 15: the spec leaves
-//! TAT 10 (3 units of room at 15), but without the reservation the check would have left
-//! `max(0, 15) + 10 = 25` (2 units). Any admission at a time in `(start, ticket]` clamps in
-//! the world without the reservation and not in ours. Also, `now` must bound the time of
-//! every admission folded into the TAT the release swaps, so it is read *after* each load of
-//! the TAT (Acquire, pairing with the admissions' Release CAS that follows their own clock
-//! read): [`Gcra::release`] takes the clock, not a reading taken before it was called (an
-//! admission between the two could have read a later time and clamped).
+//! **Not all of `n·T`.** Subtracting all of `n·T` whenever `now ≤ ticket` over-admits: with
+//! `T = 10`, `L = 3`, a reservation of 2 at `t = 0` (ticket 20, start 0), then a check of 1 at
+//! `t = 15` (TAT 30, allowed), then a release at 15: that leaves TAT 10 (3 units of room at
+//! 15), but without the reservation the check would have left `max(0, 15) + 10 = 25` (2 units).
+//! Any admission at a time in `(start, ticket]` clamps in the world without the reservation and
+//! not in ours. Also, `now` must bound the time of every admission folded into the TAT the
+//! release swaps, so it is read *after* each load of the TAT (Acquire, pairing with the
+//! admissions' Release CAS that follows their own clock read): [`Gcra::release`] takes the
+//! clock, not a reading taken before it was called (an admission between the two could have
+//! read a later time and clamped).
 //!
 //! Limit of the argument: a refund that races an outstanding reservation and frees more than
 //! the cell holds besides it (emptying the cell down to `now`) cannot tell reserved time from
@@ -72,12 +53,12 @@
 //!
 //! # Refund ([`Gcra::refund`])
 //! "Free up to `n` units of room now": `TAT' = max(TAT − n·T, now)` by CAS loop, and never
-//! above the TAT (a TAT already below `now` is empty; the spec's formula would have *raised*
-//! it to `now`, harmlessly but as a write, so it writes nothing then). Reports the room
+//! above the TAT (a TAT already below `now` is empty; `max(TAT − n·T, now)` would *raise* it to
+//! `now`, harmlessly but as a write, so it writes nothing then). Reports the room
 //! freed in whole units: the rise of `remaining` at `now`, `⌊(now+τ−TAT')/T⌋ −
 //! ⌊(now+τ−TAT)/T⌋`. It is `n` when the cell held `n·T` beyond `now`, otherwise the
-//! `⌈(TAT − now)/T⌉` units it held, a partly drained unit counting as one (the spec's
-//! `⌊(TAT − TAT')/T⌋` would report 1 for a cell whose `remaining` rose by 2). A stale `now`
+//! `⌈(TAT − now)/T⌉` units it held, a partly drained unit counting as one (`⌊(TAT − TAT')/T⌋`
+//! would report 1 for a cell whose `remaining` rose by 2). A stale `now`
 //! only floors at an older time, which is the same state to later readings.
 //!
 //! # Retirement (for stores that evict)
@@ -92,102 +73,13 @@
 //!
 //! The loom models in `loom-tests/` (gcra_*.rs) check these claims on small cases.
 
-use crate::decision::{Decision, NEVER};
+use crate::algo::Op;
+use crate::algo::gcra::{GcraRule, MAX_TIME};
+use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
-use crate::window::{self, Op, RETIRED};
+use crate::window::cum::{self, RETIRED};
 
-/// The largest TAT stored (times are below 2⁶³ ns).
-const MAX_TIME: u64 = RETIRED - 1;
-
-/// GCRA's parameters for a quota of `limit` units per `window` ns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct GcraRule {
-    /// The quota's limit `L`: the largest burst.
-    pub(crate) limit: u64,
-    /// The emission interval `T = ⌈window / limit⌉` ns: one unit of room comes back every `T`.
-    pub(crate) interval: u64,
-    /// The tolerance `τ = L·T`: a cost is admitted iff the new TAT is at most `τ` after now.
-    pub(crate) tolerance: u64,
-}
-
-/// What [`GcraRule::judge`] decided: the decision, and the TAT to write if it writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    /// The decision to report.
-    pub(crate) decision: Decision,
-    /// The TAT an allowed charge or reservation writes (capped at `MAX_TIME`).
-    pub(crate) next: Option<u64>,
-}
-
-impl GcraRule {
-    /// The rule for `limit` units per `window` ns (both ≥ 1, `window < 2⁶³`).
-    pub(crate) fn new(limit: u64, window: u64) -> GcraRule {
-        let interval = window.div_ceil(limit);
-        GcraRule {
-            limit,
-            interval,
-            tolerance: interval.saturating_mul(limit),
-        }
-    }
-
-    /// `τ` exactly (`L·T` may exceed `u64` by less than `L`; the field saturates).
-    #[inline]
-    fn tau(&self) -> u128 {
-        u128::from(self.limit) * u128::from(self.interval)
-    }
-
-    /// The pure rule: cost `n` (`1 ≤ n ≤ L`) at time `t` against `tat` (not retired).
-    #[inline]
-    pub(crate) fn judge(&self, tat: u64, t: u64, n: u64, op: Op) -> Verdict {
-        let (interval, tau) = (u128::from(self.interval), self.tau());
-        // A reading older than the state's newest lower bound is judged at that bound.
-        let t = u128::from(t.min(MAX_TIME)).max(u128::from(tat).saturating_sub(tau));
-        let tat = u128::from(tat);
-        let base = tat.max(t);
-        let new = base + u128::from(n) * interval;
-        let units = |room: u128| u64::try_from(room / interval).unwrap_or(u64::MAX);
-        let wait = |until: u128| u64::try_from(until.saturating_sub(t)).unwrap_or(u64::MAX);
-        let l = self.limit;
-        // The latest TAT the cell can hold: `t + τ`, and never past `MAX_TIME`, where time
-        // stops (a TAT capped there would let every later check through).
-        let top = (t + tau).min(u128::from(MAX_TIME));
-        if new <= top {
-            if op == Op::Peek {
-                let d = Decision::new(true, l, units(top - base), 0, wait(tat));
-                return Verdict {
-                    decision: d,
-                    next: None,
-                };
-            }
-            let d = Decision::new(true, l, units(top - new), 0, wait(new));
-            return Verdict {
-                decision: d,
-                // `new ≤ MAX_TIME`.
-                next: Some(new as u64),
-            };
-        }
-        let remaining = units(top.saturating_sub(base));
-        // Past `MAX_TIME` the cost never fits: time stops there.
-        let retry = if new > u128::from(MAX_TIME) {
-            NEVER
-        } else {
-            wait(new - tau)
-        };
-        let d = Decision::new(false, l, remaining, retry, wait(tat));
-        Verdict {
-            decision: d,
-            next: None,
-        }
-    }
-
-    /// The room (whole units) a TAT leaves at `t`: `⌊(t + τ − max(TAT, t)) / T⌋`.
-    #[inline]
-    fn room(&self, tat: u64, t: u64) -> u64 {
-        let (t, tat) = (u128::from(t), u128::from(tat));
-        let room = (t + self.tau()).saturating_sub(tat.max(t)) / u128::from(self.interval);
-        u64::try_from(room).unwrap_or(u64::MAX)
-    }
-}
+const _: () = assert!(MAX_TIME < RETIRED, "a TAT never reaches the retired bit");
 
 /// A GCRA cell: the theoretical arrival time in one atomic word (see the module docs),
 /// viewed where its owner keeps it. A fresh cell's word is 0.
@@ -207,11 +99,9 @@ impl<'a> Gcra<'a> {
     /// if allowed. Returns the decision and, for an allowed `Op::Reserve`, a ticket for
     /// [`Gcra::release`] (0 otherwise). `None` if the cell is retired.
     ///
-    /// Always inlined, so that the decision is built where the limiters return it: left out
-    /// of line, its caller copied the returned decision with 16-byte loads of what had just
-    /// been stored 8 bytes at a time, a store-forwarding stall that `perf annotate` put at
-    /// 58% of the direct limiter's out-of-line charge (`cargo bench --bench algorithms --
-    /// algorithms_direct/slidegate/gcra`: 26–31 ns against 16–19 inlined).
+    /// Always inlined, so that the decision is built where the limiters return it: out of
+    /// line, its caller copied the returned decision with wide loads of what had just been
+    /// stored in narrower pieces, a store-forwarding stall (`algorithms_direct`).
     #[inline(always)]
     pub(crate) fn check(
         &self,
@@ -255,7 +145,6 @@ impl<'a> Gcra<'a> {
     /// for why not all of `n·T`, and why the clock is read here). Nothing on a retired cell.
     pub(crate) fn release(&self, rule: &GcraRule, n: u64, ticket: u64, now: impl Fn() -> u64) {
         let backoff = Backoff::new();
-        let charge = n.saturating_mul(rule.interval);
         // Acquire: pairs with the Release of every admission in the TAT, so the clock read
         // next is no older than any of their readings.
         let mut tat = self.tat.load(Ordering::Acquire);
@@ -263,18 +152,15 @@ impl<'a> Gcra<'a> {
             if tat & RETIRED != 0 {
                 return;
             }
-            let undrained = ticket.saturating_sub(now()).min(charge);
-            if undrained == 0 {
+            let Some(next) = rule.released(tat, ticket, now(), n) else {
                 return;
-            }
+            };
             // AcqRel: Release publishes the release like an admission; Acquire on failure
             // orders the next clock reading after what the failed CAS saw.
-            match self.tat.compare_exchange_weak(
-                tat,
-                tat.saturating_sub(undrained),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return,
                 Err(seen) => {
                     tat = seen;
@@ -288,14 +174,15 @@ impl<'a> Gcra<'a> {
     /// `remaining` at `now`, whole units). 0 on a retired cell.
     pub(crate) fn refund(&self, rule: &GcraRule, now: u64, n: u64) -> u64 {
         let backoff = Backoff::new();
-        let give = n.saturating_mul(rule.interval);
         // Relaxed: the CAS below validates it; a refund depends on no other memory.
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
-            if tat & RETIRED != 0 || tat <= now {
+            if tat & RETIRED != 0 {
                 return 0;
             }
-            let next = tat.saturating_sub(give).max(now);
+            let Some(next) = rule.refunded(tat, now, n) else {
+                return 0;
+            };
             // AcqRel: Release publishes the refund like an admission (a later check's
             // Acquire then reads a time no older than `now`); Acquire orders it after the
             // admissions it gives back.
@@ -303,7 +190,7 @@ impl<'a> Gcra<'a> {
                 .tat
                 .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) => return rule.room(next, now) - rule.room(tat, now),
+                Ok(_) => return rule.freed(tat, next, now),
                 Err(seen) => {
                     tat = seen;
                     backoff.spin();
@@ -328,12 +215,12 @@ impl<'a> Gcra<'a> {
 
     /// Retires the cell whatever it holds; `true` if this call retired it.
     pub(crate) fn retire_now(&self) -> bool {
-        window::retire_now(self.tat)
+        cum::retire_now(self.tat)
     }
 
     /// Whether the cell is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        window::is_retired(self.tat)
+        cum::is_retired(self.tat)
     }
 
     /// The time (ns) from which the cell was last charged, a recency for LRU choices:
@@ -358,7 +245,7 @@ mod tests {
 
     use super::*;
 
-    /// The sequential specification, written from the spec's formulas with no shared code:
+    /// The sequential specification, written from the rule's formulas with no shared code:
     /// a TAT and the rule, in `u128`, the TAT capped as the cell caps it.
     #[derive(Clone, Copy, Debug)]
     struct Model {
@@ -655,7 +542,7 @@ mod tests {
 
     #[test]
     fn release_gives_back_only_the_undrained_part() {
-        // The spec's counter-example: T = 10, L = 3.
+        // Subtracting all of `n·T` over-admits here: T = 10, L = 3.
         let rule = GcraRule::new(3, 30);
         let word = AtomicU64::new(0);
         let cell = Gcra::view(&word);

@@ -71,7 +71,8 @@
 //!
 //! # The `cum` word and reservations (for checks across several limits)
 //! `cum` packs bit 63 `RETIRED`, bits 32..63 *pending* (31 bits) and bits 0..32 the *count*
-//! of admitted cost (mod 2³², which the 32-bit snapshots already assume). A check across
+//! of admitted cost (mod 2³², which the 32-bit snapshots already assume): see
+//! [`cum`]. A check across
 //! several limits (`crate::multi`) must charge all or none. Charging each and subtracting on
 //! failure is wrong here: a fill may snapshot `cum` between the add and the subtract, and
 //! that snapshot then counts a phantom in one bucket and a negative in the next, so a later
@@ -139,9 +140,9 @@
 //!   then `freed = s' − v` (`v = s` unless a racing refund raised it part of the way). If
 //!   another refund raised it to `s'` or past, this one freed nothing, and its raises of
 //!   newer slots are covered by that refund's; judge again. (Requiring exactly `s` there
-//!   left the loser's raises of newer slots in place, unreported, when the ring moved on
-//!   before it judged again: two refunds together freed more than they reported, a review's
-//!   loom model, `loom-tests/tests/refund_racing_refund.rs`.) If a tag no longer matches, a
+//!   would leave the loser's raises of newer slots in place, unreported, when the ring moves
+//!   on before it judges again: two refunds together would free more than they report, the
+//!   case `loom-tests/tests/refund_racing_refund.rs` pins.) If a tag no longer matches, a
 //!   fill recycled that slot (and every older one: fills go oldest first): the ring moved on
 //!   to a bucket whose window no longer holds the oldest units we meant, which time has
 //!   expired instead, and the live slots are raised; `s' − s` is reported. (If a racing
@@ -168,9 +169,13 @@
 
 use core::cell::Cell;
 
+use crate::algo::Op;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
-use crate::window::{self, RETIRED};
+use crate::window::cum::{
+    self, COUNT, RETIRED, add_count, add_pending, commit_pending, pending_of, release_pending,
+    update_reserved,
+};
 
 /// Packs a bucket's tag and snapshot into one slot word.
 #[inline]
@@ -195,51 +200,6 @@ fn later(a: u32, b: u32) -> u32 {
     if (b.wrapping_sub(a) as i32) > 0 { b } else { a }
 }
 
-/// The bits of `cum` that count admitted cost (mod 2³²).
-pub(super) const COUNT: u64 = u32::MAX as u64;
-
-/// The shift of the pending field of `cum` (bits 32..63).
-pub(super) const PENDING_SHIFT: u32 = 32;
-
-/// The bits of `cum` above the count: pending and `RETIRED`.
-pub(super) const HIGH: u64 = !COUNT;
-
-/// `cum` with `cost` added to its count, wrapping within the count's 32 bits.
-#[inline]
-pub(super) fn add_count(cum: u64, cost: u64) -> u64 {
-    (cum & HIGH) | (cum.wrapping_add(cost) & COUNT)
-}
-
-/// The pending field of a `cum` that is not retired.
-#[inline]
-pub(super) fn pending_of(cum: u64) -> u64 {
-    cum >> PENDING_SHIFT
-}
-
-/// CAS loop applying `change` to a live `cum` word holding a reservation; `false` if retired.
-/// Shared by the ring and the log, whose `cum` words have the same layout.
-pub(super) fn update_reserved(cum_word: &AtomicU64, change: impl Fn(u64) -> u64) -> bool {
-    let backoff = Backoff::new();
-    // Relaxed: the CAS below re-validates it.
-    let mut cum = cum_word.load(Ordering::Relaxed);
-    loop {
-        if cum & RETIRED != 0 {
-            return false;
-        }
-        debug_assert!(pending_of(cum) > 0, "no reservation to commit or release");
-        // AcqRel: Release publishes a commit like an admission (after the snapshots its
-        // reservation was judged on); Acquire orders it after what the CAS read.
-        match cum_word.compare_exchange_weak(cum, change(cum), Ordering::AcqRel, Ordering::Relaxed)
-        {
-            Ok(_) => return true,
-            Err(seen) => {
-                cum = seen;
-                backoff.spin();
-            }
-        }
-    }
-}
-
 /// The most one raise of a refund expires (see [`Ring::refund`]).
 const MAX_RAISE: u64 = (1 << 31) - 1;
 
@@ -254,23 +214,6 @@ enum Raised {
     /// A racing refund raised the oldest snapshot to the target or past it: this one freed
     /// nothing (its raises of newer snapshots are covered by that one's).
     Lost,
-}
-
-/// What [`Ring::decide`] does with an allowed cost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Effect {
-    /// Nothing: a peek, or judging a cost without taking it. Writes nothing at all.
-    None,
-    /// Reserves the cost as pending, for `check_all` to commit or release.
-    Reserve(u64),
-}
-
-impl Effect {
-    /// Whether the ring must first be moved to the bucket of now (anything that writes).
-    #[inline]
-    fn writes(self) -> bool {
-        self != Effect::None
-    }
 }
 
 /// A window's state (see the module documentation), viewed where its owner keeps it: a
@@ -315,10 +258,9 @@ impl Ring<'_> {
 
 impl<'a> Ring<'a> {
     /// The packed ring in `words` (at least [`Ring::words`] of them, initialised by
-    /// [`Ring::initial`]). The offsets are constants: computed from a runtime layout flag
-    /// they added about 20 instructions to a keyed check, enough to stop the processor
-    /// overlapping one check's cache misses with the next one's (a million keys, in a bare
-    /// loop: 400 → 280 ns a check).
+    /// [`Ring::initial`]). The offsets are constants: computed from a runtime layout flag,
+    /// the extra instructions on a keyed check were enough to stop the processor overlapping
+    /// one check's cache misses with the next one's (`keyed_allowed` at a million keys).
     #[inline]
     pub(crate) fn packed(words: &'a [AtomicU64]) -> Ring<'a> {
         let (head, slots) = words.split_at(3);
@@ -346,10 +288,9 @@ impl<'a> Ring<'a> {
 
 /// The `cum` a judgement was made on, returned by [`Ring::read`] for [`Ring::try_charge`] and
 /// [`Ring::try_reserve`]. Only the word, not the whole [`Reading`]: moving the reading out of
-/// `read` went through the stack with store-forwarding stalls (`perf annotate`), 2–3 ns of a
-/// keyed check in a bare loop; see `Decision::new` for the benchmark of all three fixes.
+/// `read` went through the stack with store-forwarding stalls.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Seen(u64);
+pub(crate) struct JudgedCum(u64);
 
 /// A reading of the ring, handed to the judge of [`Ring::read`].
 pub(crate) struct Reading<'a> {
@@ -408,7 +349,7 @@ impl Reading<'_> {
 /// reading, then `front`, `cum` and the oldest snapshot of `front`'s window, as `read` loads
 /// them.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Seed {
+pub(crate) struct Loads {
     t: u64,
     front: u64,
     cum: u64,
@@ -418,7 +359,7 @@ pub(crate) struct Seed {
 /// What [`Ring::fast_read`] read: the window at bucket `front`.
 pub(crate) struct Fast<'a> {
     ring: &'a Ring<'a>,
-    seed: Seed,
+    loads: Loads,
     /// Nanoseconds into bucket `front`.
     pub(crate) offset: u64,
     /// The window's count, `tail(0)`.
@@ -430,7 +371,7 @@ impl Fast<'_> {
     /// raised (the caller takes the general path).
     #[inline(always)]
     pub(crate) fn rest(&self) -> Option<u64> {
-        let (front, cum) = (self.seed.front, self.seed.cum);
+        let (front, cum) = (self.loads.front, self.loads.cum);
         let k = front - self.ring.buckets + 1;
         // Acquire: as in `Reading::tail`.
         let slot = self.ring.slot(k).load(Ordering::Acquire);
@@ -440,8 +381,8 @@ impl Fast<'_> {
     /// The loads this reading was made of, for [`Ring::read_from`] when the caller declines
     /// to charge it.
     #[inline(always)]
-    pub(crate) fn seed(&self) -> Seed {
-        self.seed
+    pub(crate) fn loads(&self) -> Loads {
+        self.loads
     }
 
     /// Charges `cost` judged on this reading, as [`Ring::read`] and [`Ring::try_charge`] do:
@@ -454,8 +395,8 @@ impl Fast<'_> {
     #[inline(always)]
     pub(crate) fn charge(&self, cost: u64) -> bool {
         // Acquire: as `read`'s re-check of `front`.
-        self.ring.front.load(Ordering::Acquire) == self.seed.front
-            && self.ring.try_charge(Seen(self.seed.cum), cost)
+        self.ring.front.load(Ordering::Acquire) == self.loads.front
+            && self.ring.try_charge(JudgedCum(self.loads.cum), cost)
     }
 }
 
@@ -481,8 +422,8 @@ const MAX_READING: u64 = (1 << 63) - 1;
 impl Ring<'_> {
     #[inline]
     fn slot(&self, bucket: u64) -> &AtomicU64 {
-        // A plain remainder: a multiply-based one (Lemire's fastmod) measured no faster here
-        // (`cargo bench --bench check`) and cost 32 bytes per ring.
+        // A plain remainder: a multiply-based one (Lemire's fastmod) is no faster here
+        // (`check`) and costs 32 bytes per ring.
         &self.slots[(bucket % (self.buckets + 1)) as usize]
     }
 
@@ -501,7 +442,7 @@ impl Ring<'_> {
 
     /// The three loads a reading at clock reading `t` starts with.
     #[inline(always)]
-    fn load(&self, t: u64) -> Seed {
+    fn load(&self, t: u64) -> Loads {
         // Acquire: pairs with the Release of the CAS that published `front`, so every
         // snapshot at or below it is visible.
         let front = self.front.load(Ordering::Acquire);
@@ -511,7 +452,7 @@ impl Ring<'_> {
         // The oldest slot of the window of bucket `front`, the one a check almost always
         // needs. Acquire: pairs with the Release of the slot's establishing CAS.
         let oldest = self.slot(front - self.buckets).load(Ordering::Acquire);
-        Seed {
+        Loads {
             t,
             front,
             cum,
@@ -531,37 +472,36 @@ impl Ring<'_> {
         now: impl Fn() -> u64,
         establish: bool,
         judge: impl FnMut(&Reading<'_>) -> T,
-    ) -> Option<(T, Seen)> {
+    ) -> Option<(T, JudgedCum)> {
         self.read_from(None, granularity, now, establish, judge)
     }
 
-    /// [`Ring::read`], whose first pass uses the loads of `seed` (made by
+    /// [`Ring::read`], whose first pass uses `loads` (made by
     /// [`Ring::fast_read`], exactly as this loop makes them) instead of making its own.
     #[inline]
     pub(crate) fn read_from<T>(
         &self,
-        mut seed: Option<Seed>,
+        mut loads: Option<Loads>,
         granularity: u64,
         now: impl Fn() -> u64,
         establish: bool,
         mut judge: impl FnMut(&Reading<'_>) -> T,
-    ) -> Option<(T, Seen)> {
-        let mut t = seed.map(|seed| seed.t);
+    ) -> Option<(T, JudgedCum)> {
+        let mut t = loads.map(|loads| loads.t);
         let mut reread = false;
         loop {
-            // The clock first: read between the load of `cum` and its CAS it widened the window
-            // in which another thread's admission fails this one's CAS (two threads on one
-            // limiter, `cargo bench --bench check -- contended`: 78 → 64 ns per pair of
-            // checks, unpadded); alone it costs nothing measurable.
+            // The clock first: read between the load of `cum` and its CAS it would widen the
+            // window in which another thread's admission fails this one's CAS
+            // (`contended_2_threads`).
             // Readings count as at most `MAX_READING`, where time stops for the ring: from
             // a reading near `u64::MAX`, 1 ns buckets overflowed the bucket arithmetic. The
             // fast path needs no clamp: it takes a reading only within bucket `front` (an
             // offset below G), and does no bucket arithmetic with it.
             let now_t = (*t.get_or_insert_with(&now)).min(MAX_READING);
-            let Seed {
+            let Loads {
                 front, cum, oldest, ..
-            } = match seed.take() {
-                Some(seed) => seed,
+            } = match loads.take() {
+                Some(loads) => loads,
                 None => self.load(now_t),
             };
             if cum & RETIRED != 0 {
@@ -595,7 +535,7 @@ impl Ring<'_> {
             let verdict = judge(&reading);
             // Acquire: any fill that overwrote a slot we read published a later `front`.
             if !reading.torn.get() && self.front.load(Ordering::Acquire) == front {
-                return Some((verdict, Seen(cum)));
+                return Some((verdict, JudgedCum(cum)));
             }
             // The ring moved under us: a fill is in progress or done. Help it finish, then
             // retry (and, being behind now, read the clock again).
@@ -604,28 +544,29 @@ impl Ring<'_> {
         }
     }
 
-    /// One decision on this ring: reads it at `now()`, asks `judge`, and applies `effect` to
-    /// an allowed cost, re-judging whenever a reservation loses its CAS. Peeks and
-    /// `check_all` use it; charges go through `state::charge_ring`, the same loop with
-    /// `try_charge`, because through this function the check paths stopped being inlined
-    /// (measured in `SlidingWindow::acquire`). `None` if the ring is retired.
+    /// One decision on this ring: reads it at `now()`, asks `judge`, and applies `op` — a
+    /// peek or a reservation — to an allowed cost `n`, re-judging whenever its CAS is lost.
+    /// Charges go through [`counter`](super::counter), the same loop specialised to a charge,
+    /// which keeps the check paths small enough to be inlined. `None` if the ring is retired.
     #[inline]
     pub(crate) fn decide(
         &self,
         granularity: u64,
         now: impl Fn() -> u64,
-        effect: Effect,
+        n: u64,
+        op: Op,
         judge: impl Fn(&Reading<'_>) -> Decision,
     ) -> Option<Decision> {
+        debug_assert!(
+            op != Op::Charge,
+            "charges go through the counter's own loop"
+        );
+        let reserve = op == Op::Reserve;
         let backoff = Backoff::new();
         loop {
-            let (decision, reading) = self.read(granularity, &now, effect.writes(), &judge)?;
-            let taken = match effect {
-                _ if !decision.is_allowed() => true,
-                Effect::None => true,
-                Effect::Reserve(n) => self.try_reserve(reading, n),
-            };
-            if taken {
+            // A reservation first moves the ring to the bucket of now; a peek writes nothing.
+            let (decision, judged) = self.read(granularity, &now, reserve, &judge)?;
+            if !decision.is_allowed() || !reserve || self.try_reserve(judged, n) {
                 return Some(decision);
             }
             // Lost the CAS to a concurrent admission (or a retirement): judge again.
@@ -636,7 +577,7 @@ impl Ring<'_> {
     /// Adds `cost` to `cum` if it still holds the value of `reading`: the admission. Fails
     /// (the caller re-reads) if anything was admitted since, or if the ring was retired.
     #[inline]
-    pub(crate) fn try_charge(&self, seen: Seen, cost: u64) -> bool {
+    pub(crate) fn try_charge(&self, seen: JudgedCum, cost: u64) -> bool {
         // The count wraps within its 32 bits, never carrying into pending.
         let next = add_count(seen.0, cost);
         // Release: publishes the admission after the snapshots its judgement used (see
@@ -652,7 +593,7 @@ impl Ring<'_> {
     /// retired ring — it returns what it loaded, having written nothing, for the caller to
     /// hand to [`Ring::read_from`], the general path, which goes on from those loads. The
     /// caller judges a [`Fast`] reading and, to admit, charges it with [`Fast::charge`]; to
-    /// decline it hands [`Fast::seed`] on the same way.
+    /// decline it hands [`Fast::loads`] on the same way.
     ///
     /// With `Fast::charge` it is [`Ring::read`] and [`Ring::try_charge`] specialised to that
     /// case, step for step: the same loads in the same order with the same orderings, the same
@@ -661,44 +602,44 @@ impl Ring<'_> {
     /// repeating them, a check makes the same atomic accesses as before the fast path existed
     /// (but for a Weighted or fixed-window decline, which loads its second snapshot twice, and
     /// a retired ring, whose oldest snapshot is now loaded before the retirement is seen), so
-    /// the loom models of rotation, which explore every interleaving of them, stay as small. Through `read` and `Rule::judge` alone an allowed Strict check was about 200
-    /// instructions against 68 for governor's (`valgrind --tool=callgrind`, a loop of direct
-    /// checks), and with this about 110; `state::charge_fast` has the criterion figures.
+    /// the loom models of rotation, which explore every interleaving of them, stay as small.
+    /// It exists for speed: the general path's loop and judgement cost an allowed check about
+    /// twice the instructions (`check_allowed`).
     #[inline(always)]
     pub(crate) fn fast_read(
         &self,
         granularity: u64,
         now: impl Fn() -> u64,
-    ) -> Result<Fast<'_>, Seed> {
-        let seed = self.load(now());
-        let Seed {
+    ) -> Result<Fast<'_>, Loads> {
+        let loads = self.load(now());
+        let Loads {
             t,
             front,
             cum,
             oldest,
-        } = seed;
+        } = loads;
         let first = front - self.buckets;
         // `locate`'s common case: `t` in bucket `front`, which starts at `(front − N − 1)·G`.
         let offset = t.wrapping_sub((first - 1).wrapping_mul(granularity));
         if offset < granularity && cum & RETIRED == 0 && clean(oldest, first, cum) {
             Ok(Fast {
                 ring: self,
-                seed,
+                loads,
                 offset,
                 // `tail(0)` at bucket `front`.
                 sum: tail_from(cum, oldest),
             })
         } else {
-            Err(seed)
+            Err(loads)
         }
     }
 
     /// Adds `cost` to pending if `cum` still holds the value of `reading`: a reservation
     /// judged on that reading. Fails (the caller re-reads) like [`Ring::try_charge`].
     #[inline]
-    pub(crate) fn try_reserve(&self, seen: Seen, cost: u64) -> bool {
+    pub(crate) fn try_reserve(&self, seen: JudgedCum, cost: u64) -> bool {
         // Pending stays ≤ the limit judged with it (< 2³¹), so this does not reach `RETIRED`.
-        let next = seen.0 + (cost << PENDING_SHIFT);
+        let next = add_pending(seen.0, cost);
         // Release: as in `try_charge`, a reservation is judged on the snapshots it read.
         self.cum
             .compare_exchange_weak(seen.0, next, Ordering::AcqRel, Ordering::Relaxed)
@@ -709,15 +650,13 @@ impl Ring<'_> {
     /// one CAS. `false` if the ring was retired (forcibly: an idle retirement needs no
     /// pending), in which case nothing is written.
     pub(crate) fn commit(&self, cost: u64) -> bool {
-        update_reserved(self.cum, |cum| {
-            add_count(cum, cost) - (cost << PENDING_SHIFT)
-        })
+        update_reserved(self.cum, |cum| commit_pending(cum, cost))
     }
 
     /// Gives back a reservation of `cost`: `pending −= cost`; the count is untouched, so no
     /// snapshot ever saw the reservation. Does nothing on a retired ring.
     pub(crate) fn release(&self, cost: u64) {
-        update_reserved(self.cum, |cum| cum - (cost << PENDING_SHIFT));
+        update_reserved(self.cum, |cum| release_pending(cum, cost));
     }
 
     /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
@@ -848,7 +787,7 @@ impl Ring<'_> {
 
     /// Whether the ring is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        window::is_retired(self.cum)
+        cum::is_retired(self.cum)
     }
 
     /// The start (ns) of the newest bucket in which anything may have been admitted: a
@@ -888,7 +827,7 @@ impl Ring<'_> {
     /// Retires the ring whatever it holds; `true` if this call retired it. Admissions counted
     /// in it are forgotten; none made after it is charged to it.
     pub(crate) fn retire_now(&self) -> bool {
-        window::retire_now(self.cum)
+        cum::retire_now(self.cum)
     }
 
     /// Moves `front` to at least `bucket`, helping or claiming fills as needed.
@@ -982,352 +921,4 @@ fn goal_for(front: u64, bucket: u64, buckets: u64) -> u64 {
 }
 
 #[cfg(all(test, not(slidegate_loom)))]
-mod tests {
-    use super::*;
-
-    /// The words of a fresh packed ring of `buckets` buckets.
-    fn owned(buckets: u64) -> Box<[AtomicU64]> {
-        (0..Ring::words(buckets))
-            .map(|i| AtomicU64::new(Ring::initial(buckets, i)))
-            .collect()
-    }
-
-    /// Charges `n` at `t` (granularity 10) if the window's tail allows `limit` (Strict).
-    fn charge_n(ring: &Ring<'_>, t: u64, n: u64, limit: u64) -> bool {
-        let read = ring.read(10, || t, true, |r| r.tail(0) + n <= limit);
-        read.is_some_and(|(ok, reading)| ok && ring.try_charge(reading, n))
-    }
-
-    /// The fast path reads only when the clock is in bucket `front` and the oldest snapshot
-    /// is current; it then agrees with the general read, and its charge fails once anything
-    /// was admitted since. Otherwise it hands over exactly the loads the general read makes.
-    #[test]
-    fn fast_read_takes_only_the_common_case() {
-        // N = 2 buckets of 10 ns: 3 units at t = 5, 2 at t = 15 (a new bucket: the fast read
-        // declines until it is established).
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        assert!(charge_n(&ring, 5, 3, 10));
-        let sum = |t: u64| ring.fast_read(10, || t).map(|f| (f.sum, f.offset)).ok();
-        assert_eq!(sum(9), Some((3, 9)));
-        assert_eq!(sum(10), None, "bucket 1 is not established yet");
-        let seed = ring.fast_read(10, || 10).err().expect("declined");
-        let load = ring.load(10);
-        assert_eq!(
-            (seed.t, seed.front, seed.cum, seed.oldest),
-            (load.t, load.front, load.cum, load.oldest)
-        );
-        assert!(charge_n(&ring, 15, 2, 10));
-        assert_eq!(sum(15), Some((5, 5)));
-        assert_eq!(tails(&ring, 15)[0], 5, "the general read agrees");
-        // Weighted's second snapshot: bucket 0's 3 units leave at bucket 2.
-        let fast = ring.fast_read(10, || 15).expect("common case");
-        assert_eq!(fast.rest(), Some(tails(&ring, 15)[1]));
-        // A charge judged on a reading fails once anything was admitted since.
-        assert!(charge_n(&ring, 16, 1, 10));
-        assert!(!fast.charge(1));
-        assert_eq!(tails(&ring, 16)[0], 6, "the failed charge wrote nothing");
-        // A retired ring is never read fast.
-        assert!(ring.retire_now());
-        assert_eq!(sum(16), None);
-    }
-
-    /// The tails `tail(0 ..= N)` at `t` (granularity 10), read without writing.
-    fn tails(ring: &Ring<'_>, t: u64) -> Vec<u64> {
-        let n = ring.buckets();
-        ring.read(10, || t, false, |r| (0..=n).map(|j| r.tail(j)).collect())
-            .map(|(v, _)| v)
-            .expect("live ring")
-    }
-
-    #[test]
-    fn refund_expires_the_oldest_units_first() {
-        // N = 2 buckets of 10 ns, L = 10: 3 units in bucket 0, 2 in bucket 1, 1 in bucket 2.
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        for (t, n) in [(0, 3), (10, 2), (25, 1)] {
-            assert!(charge_n(&ring, t, n, 10));
-        }
-        assert_eq!(tails(&ring, 25), [6, 3, 1]);
-        // Refunding 4 expires bucket 0's 3 and one of bucket 1's.
-        assert_eq!(ring.refund(10, || 25, 4, 0), Some(4));
-        assert_eq!(tails(&ring, 25), [2, 2, 1]);
-        // The next bucket's window keeps what is left, not the refunded units.
-        assert_eq!(tails(&ring, 35), [2, 1, 0]);
-        assert_eq!(ring.admitted(), 6, "a refund never lowers the count");
-    }
-
-    #[test]
-    fn refund_is_partial_when_the_window_holds_less() {
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        assert!(charge_n(&ring, 0, 2, 5));
-        assert_eq!(ring.refund(10, || 5, 7, 0), Some(2));
-        assert_eq!(tails(&ring, 5), [0, 0, 0]);
-        assert_eq!(ring.refund(10, || 5, 1, 0), Some(0));
-        // Room is back: the full limit fits again.
-        assert!(charge_n(&ring, 5, 5, 5));
-    }
-
-    #[test]
-    fn refund_after_a_fill_moves_the_ring_first() {
-        // Units at bucket 0; a refund at bucket 3 (a window later) has nothing to free.
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        assert!(charge_n(&ring, 0, 3, 5));
-        assert_eq!(ring.refund(10, || 35, 3, 0), Some(0));
-        // Units across buckets 3 and 4, refunded at 4 after the fill to it.
-        assert!(charge_n(&ring, 35, 2, 5));
-        assert!(charge_n(&ring, 45, 2, 5));
-        assert_eq!(ring.refund(10, || 45, 3, 0), Some(3));
-        assert_eq!(tails(&ring, 45), [1, 1, 1]);
-        assert_eq!(tails(&ring, 55), [1, 1, 0]);
-    }
-
-    #[test]
-    fn refund_leaves_pending_reservations_alone_and_does_nothing_when_retired() {
-        let words = owned(1);
-        let ring = Ring::packed(&words);
-        assert!(charge_n(&ring, 0, 1, 3));
-        assert!(reserve(&ring, 0, 2, 3));
-        assert_eq!(ring.refund(10, || 0, 3, 0), Some(1));
-        assert_eq!(tails(&ring, 0), [2, 2]);
-        ring.release(2);
-        assert!(ring.retire_now());
-        assert_eq!(ring.refund(10, || 0, 1, 0), None);
-    }
-
-    #[test]
-    fn a_reader_whose_count_is_older_than_a_raise_is_torn_not_negative() {
-        let words = owned(1);
-        let ring = Ring::packed(&words);
-        assert!(charge_n(&ring, 0, 2, 5));
-        let fields = |r: &Reading<'_>| (r.front, r.bucket, r.offset, r.cum, r.oldest);
-        let (front, bucket, offset, cum, oldest) =
-            ring.read(10, || 0, true, fields).expect("live").0;
-        let stale = Reading {
-            ring: &ring,
-            front,
-            bucket,
-            offset,
-            cum,
-            oldest,
-            torn: Cell::new(false),
-        };
-        assert!(charge_n(&ring, 0, 2, 5));
-        // Raises both snapshots to 3, past the stale reading's count of 2; `tail(1)` loads
-        // the newest slot afresh (`tail(0)` uses the oldest as `read` loaded it).
-        assert_eq!(ring.refund(10, || 0, 3, 0), Some(3));
-        assert_eq!(stale.tail(0), 2);
-        assert!(!stale.torn.get());
-        assert_eq!(stale.tail(1), 0);
-        assert!(stale.torn.get());
-    }
-
-    /// The sequential model of a refund: per-bucket counts, the oldest removed first.
-    #[derive(Default)]
-    struct Buckets(std::collections::BTreeMap<u64, u64>);
-
-    impl Buckets {
-        fn tail(&self, b: u64, n: u64, j: u64) -> u64 {
-            let from = (b + j).saturating_sub(n);
-            self.0.range(from..=b).map(|(_, c)| c).sum()
-        }
-
-        fn refund(&mut self, b: u64, n: u64, mut left: u64) -> u64 {
-            let from = b.saturating_sub(n);
-            let mut freed = 0;
-            for (_, c) in self.0.range_mut(from..=b) {
-                let take = left.min(*c);
-                *c -= take;
-                (left, freed) = (left - take, freed + take);
-            }
-            freed
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
-
-        /// Charges and refunds at steps of time equal a per-bucket model that removes the
-        /// oldest counted units: every tail, every refund's count, the count itself.
-        #[test]
-        fn refunds_equal_the_oldest_first_model(
-            buckets in 1u64..=4,
-            limit in 1u64..=6,
-            steps in proptest::collection::vec((0u64..=25, 0u64..=7, proptest::bool::ANY), 1..40),
-        ) {
-            let words = owned(buckets);
-        let ring = Ring::packed(&words);
-            let mut model = Buckets::default();
-            let (mut t, mut admitted) = (0, 0);
-            for (dt, n, refund) in steps {
-                t += dt;
-                let b = t / 10;
-                if refund {
-                    let freed = ring.refund(10, || t, n, 0);
-                    proptest::prop_assert_eq!(freed, Some(model.refund(b, buckets, n)));
-                } else if n > 0 {
-                    let ok = charge_n(&ring, t, n, limit);
-                    proptest::prop_assert_eq!(ok, model.tail(b, buckets, 0) + n <= limit);
-                    if ok {
-                        *model.0.entry(b).or_default() += n;
-                        admitted += n;
-                    }
-                }
-                let want: Vec<u64> = (0..=buckets).map(|j| model.tail(b, buckets, j)).collect();
-                proptest::prop_assert_eq!(tails(&ring, t), want, "at {}", t);
-                proptest::prop_assert_eq!(ring.admitted(), admitted);
-            }
-        }
-    }
-
-    #[test]
-    fn goal_jumps_straight_unless_tags_would_alias() {
-        assert_eq!(goal_for(100, 103, 10), 103);
-        assert_eq!(goal_for(100, 1000, 10), 1000);
-        let far = 100 + (1u64 << 32) + 3;
-        assert_eq!(goal_for(100, far, 10), 100 + (1 << 31));
-        // From half-way the rest of the jump is safe.
-        assert_eq!(goal_for(100 + (1 << 31), far, 10), far);
-        let near = 100 + (1u64 << 32) - 5;
-        assert_eq!(goal_for(100, near, 10), 100 + (1 << 31));
-    }
-
-    #[test]
-    fn later_follows_wrapping_order() {
-        assert_eq!(later(5, 9), 9);
-        assert_eq!(later(9, 5), 9);
-        assert_eq!(later(u32::MAX - 1, 3), 3);
-    }
-
-    /// Charges cost 1 at `t` (ns, granularity 10).
-    fn charge(ring: &Ring<'_>, t: u64) -> bool {
-        let read = ring.read(10, || t, true, |_| ());
-        read.is_some_and(|((), reading)| ring.try_charge(reading, 1))
-    }
-
-    #[test]
-    fn retire_idle_waits_until_the_window_is_empty() {
-        // N = 2 buckets of 10 ns: an admission at t = 5 (bucket 0) counts until bucket 3.
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        assert!(charge(&ring, 5));
-        for t in [5, 20, 29] {
-            assert!(
-                !ring.retire_idle(10, t),
-                "retired at {t} with bucket 0 in the window"
-            );
-        }
-        assert!(ring.retire_idle(10, 30));
-        assert!(ring.is_retired());
-        assert!(!ring.retire_idle(10, 30), "retired twice");
-        assert!(!ring.retire_now(), "retired twice");
-        // A retired ring gives no reading and takes no charge.
-        assert!(ring.read(10, || 30, true, |_| ()).is_none());
-        assert!(!charge(&ring, 30));
-        assert_eq!(ring.admitted(), 1);
-    }
-
-    #[test]
-    fn a_reading_taken_before_retirement_cannot_charge() {
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        let Some(((), reading)) = ring.read(10, || 0, true, |_| ()) else {
-            panic!("a live ring reads");
-        };
-        assert!(ring.retire_now());
-        assert!(!ring.try_charge(reading, 1));
-        assert_eq!(ring.admitted(), 0);
-    }
-
-    #[test]
-    fn counts_wrap_below_the_pending_field() {
-        let words = owned(1);
-        let ring = Ring::packed(&words);
-        ring.cum.store(COUNT, Ordering::Relaxed);
-        assert!(charge(&ring, 0));
-        assert_eq!(ring.admitted(), 0);
-        assert!(!ring.is_retired());
-        assert_eq!(pending_of(ring.cum.load(Ordering::Relaxed)), 0);
-        // A commit across the wrap leaves pending exact too.
-        ring.cum.store(COUNT, Ordering::Relaxed);
-        let read = ring.read(10, || 0, true, |_| ());
-        assert!(read.is_some_and(|((), r)| ring.try_reserve(r, 2)));
-        assert!(ring.commit(2));
-        assert_eq!(ring.cum.load(Ordering::Relaxed), 1);
-    }
-
-    /// Reserves `cost` at `t` (ns, granularity 10) if the ring's tail sum allows `limit`.
-    fn reserve(ring: &Ring<'_>, t: u64, cost: u64, limit: u64) -> bool {
-        let read = ring.read(10, || t, true, |r| r.tail(0) + cost <= limit);
-        read.is_some_and(|(ok, reading)| ok && ring.try_reserve(reading, cost))
-    }
-
-    #[test]
-    fn pending_counts_in_every_tail_and_release_leaves_no_trace() {
-        // N = 2 buckets of 10 ns.
-        let words = owned(2);
-        let ring = Ring::packed(&words);
-        assert!(charge(&ring, 0));
-        assert!(reserve(&ring, 0, 2, 3));
-        assert!(
-            !reserve(&ring, 0, 1, 3),
-            "the reservation's room was taken again"
-        );
-        // A fill while reserved snapshots the count only.
-        let tails = ring.read(
-            10,
-            || 15,
-            true,
-            |r| [r.tail(0), r.tail(1), r.tail(2), r.tail(3)],
-        );
-        assert_eq!(tails.map(|(t, _)| t), Some([3, 3, 2, 0]));
-        ring.release(2);
-        assert_eq!(ring.admitted(), 1);
-        let tails = ring.read(10, || 15, true, |r| [r.tail(0), r.tail(1), r.tail(2)]);
-        assert_eq!(tails.map(|(t, _)| t), Some([1, 1, 0]));
-        // A peek beyond `front` still sees pending in the bucket judged.
-        assert!(reserve(&ring, 15, 1, 3));
-        let tails = ring.read(10, || 45, false, |r| [r.tail(0), r.tail(2), r.tail(3)]);
-        assert_eq!(tails.map(|(t, _)| t), Some([1, 1, 0]));
-        assert!(ring.commit(1));
-        assert_eq!(ring.admitted(), 2);
-        assert_eq!(pending_of(ring.cum.load(Ordering::Relaxed)), 0);
-    }
-
-    #[test]
-    fn retirement_and_reservations() {
-        let words = owned(1);
-        let ring = Ring::packed(&words);
-        assert!(reserve(&ring, 0, 1, 1));
-        // Idle in time, but a reservation may yet be committed: not retired.
-        assert!(!ring.retire_idle(10, 100));
-        ring.release(1);
-        assert!(ring.retire_idle(10, 100));
-        // A forced retirement makes a pending commit fail, writing nothing.
-        let words = owned(1);
-        let ring = Ring::packed(&words);
-        assert!(reserve(&ring, 0, 1, 1));
-        assert!(ring.retire_now());
-        assert!(!ring.commit(1));
-        ring.release(1);
-        assert_eq!(ring.admitted(), 0);
-        assert!(ring.is_retired());
-    }
-
-    #[test]
-    fn a_fill_establishes_every_bucket_of_the_goal_window() {
-        let words = owned(3);
-        let ring = Ring::packed(&words);
-        ring.advance(4 + 2);
-        assert_eq!(ring.front.load(Ordering::Relaxed), 6);
-        for k in 3..=6 {
-            assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), k as u32);
-        }
-        ring.advance(6 + 100);
-        for k in 103..=106 {
-            assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), k as u32);
-        }
-    }
-}
+mod tests;

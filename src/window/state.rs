@@ -1,22 +1,23 @@
 //! One key's state, whichever algorithm counts it: the one interface the direct limiter, the
-//! keyed store and `check_all` call.
+//! keyed store and `check_all` call, and the layout that fixes what a key costs in memory.
 //!
-//! Each algorithm's atomic protocol lives in its own module ([`ring`](super::ring),
-//! [`log`](super::log), [`gcra`](super::gcra)); this module only dispatches. The
-//! sliding-window counter's hot check is not routed through here: the limiters keep their
-//! hand-written loops on the ring (see `SlidingWindow::acquire`), because routing it through
-//! one more layer stopped it being inlined.
+//! Each algorithm's atomic protocol lives in its own module ([`ring`](super::ring) with
+//! [`counter`], [`log`](super::log), [`gcra`](super::gcra)); this module only
+//! dispatches. The counter's charge is not routed through here: the limiters call
+//! [`counter::charge_fast`] and [`counter::charge_loop`] themselves, because through one more
+//! layer the check stopped being inlined.
 
 use core::mem;
 
-use crate::algo::sliding_counter::Rule;
+use crate::algo::gcra::GcraRule;
+use crate::algo::{Op, Rule};
 use crate::decision::Decision;
-use crate::quota::Mode;
+use crate::quota::{Mode, Quota};
 use crate::sync::AtomicU64;
-use crate::window::Op;
-use crate::window::gcra::{Gcra, GcraRule};
+use crate::window::counter;
+use crate::window::gcra::Gcra;
 use crate::window::log::Log;
-use crate::window::ring::{Effect, Ring, Seed};
+use crate::window::ring::Ring;
 
 /// What a key's state is made for: a state of another shape cannot carry a key's counts over
 /// exactly, so a keyed store replaces it (see `KeyedLimiter::quota_for`).
@@ -34,16 +35,16 @@ impl Shape {
     /// The shape `rule` needs.
     #[inline]
     pub(crate) fn of(rule: &Rule) -> Shape {
-        match rule.quota.mode() {
+        match rule.mode() {
             Mode::ExactLog => Shape::Log {
                 // `Log::new` rounds the same way.
-                capacity: rule.limit.next_power_of_two(),
-                window: rule.window,
+                capacity: rule.log.limit.next_power_of_two(),
+                window: rule.log.window,
             },
             Mode::Gcra => Shape::Gcra(rule.gcra),
             Mode::Strict | Mode::Weighted | Mode::FixedWindow => Shape::Ring {
-                granularity: rule.granularity,
-                buckets: rule.buckets,
+                granularity: rule.counter.granularity,
+                buckets: rule.counter.buckets,
             },
         }
     }
@@ -68,7 +69,7 @@ impl Shape {
     }
 
     /// Bytes of a keyed entry's state of this shape: its head and words, plus the log's heap
-    /// arrays.
+    /// arrays ([`Quota::bytes_per_key`]).
     pub(crate) fn bytes(&self) -> usize {
         let heap = match *self {
             Shape::Log { capacity, .. } => mem::size_of::<Log>() + capacity as usize * 8,
@@ -201,21 +202,12 @@ impl State<'_> {
         op: Op,
     ) -> Option<(Decision, u64)> {
         match self {
-            State::Ring { ring, .. } => {
-                let effect = match op {
-                    Op::Peek => Effect::None,
-                    Op::Reserve => Effect::Reserve(n),
-                    Op::Charge => return charge_ring(*ring, rule, now, n).map(|d| (d, 0)),
-                };
-                let peek = op == Op::Peek;
-                ring.decide(rule.granularity, now, effect, |r| {
-                    rule.judge(r.offset, n, peek, |j| r.tail(j))
-                })
-                .map(|d| (d, 0))
+            State::Ring { ring, .. } => match op {
+                Op::Charge => counter::charge(*ring, &rule.counter, now, n),
+                Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
             }
-            State::Log { log, .. } => log
-                .check(rule.limit, rule.window, now, n, op)
-                .map(|d| (d, 0)),
+            .map(|d| (d, 0)),
+            State::Log { log, .. } => log.check(&rule.log, now, n, op).map(|d| (d, 0)),
             State::Gcra { cell, .. } => cell.check(&rule.gcra, now, n, op),
         }
     }
@@ -223,12 +215,14 @@ impl State<'_> {
     /// What a peek of cost `n` under `rule` decides on a fresh state at `now`, without
     /// making one (a log would allocate).
     pub(crate) fn peek_fresh(rule: &Rule, now: u64, n: u64) -> Decision {
-        match rule.quota.mode() {
-            Mode::ExactLog => Decision::new(true, rule.limit, rule.limit, 0, 0),
+        match rule.mode() {
+            Mode::ExactLog => Decision::allowed(rule.limit, rule.limit, 0),
             // A fresh cell's TAT is 0. Judged by the rule, not assumed: at the end of GCRA's
             // time even a fresh cell admits nothing.
             Mode::Gcra => rule.gcra.judge(0, now, n, Op::Peek).decision,
-            _ => rule.judge(now % rule.granularity, n, true, |_| 0),
+            Mode::Strict | Mode::Weighted | Mode::FixedWindow => {
+                counter::peek_fresh(&rule.counter, now, n)
+            }
         }
     }
 
@@ -256,15 +250,7 @@ impl State<'_> {
     /// `None` if the state is retired.
     pub(crate) fn refund(&self, rule: &Rule, now: impl Fn() -> u64, n: u64) -> Option<u64> {
         match self {
-            State::Ring { granularity, ring } => {
-                // The fixed window counts its current bucket alone.
-                let skip = if rule.quota.mode() == Mode::FixedWindow {
-                    rule.buckets
-                } else {
-                    0
-                };
-                ring.refund(*granularity, now, n, skip)
-            }
+            State::Ring { ring, .. } => counter::refund(*ring, &rule.counter, now, n),
             State::Log { window, log } => {
                 let t = now();
                 (!log.is_retired()).then(|| log.refund(*window, t, n))
@@ -336,69 +322,25 @@ impl State<'_> {
     }
 }
 
-/// The sliding-window counter's check: the common admission ([`charge_fast`]), else the
-/// general loop ([`charge_loop`]). `None` if the ring is retired. The keyed limiter inlines
-/// this on its hot path; it lives here once.
-#[inline]
-pub(crate) fn charge_ring(
-    ring: Ring<'_>,
-    rule: &Rule,
-    now: impl Fn() -> u64,
-    n: u64,
-) -> Option<Decision> {
-    match charge_fast(ring, rule, &now, n) {
-        Ok(decision) => Some(decision),
-        Err(seed) => charge_loop(ring, seed, rule, now, n),
-    }
-}
-
-/// The sliding-window counter's general check: read (first from `seed`, the loads of a fast
-/// read that declined, if any), judge, charge by CAS, re-judge on a lost CAS. `None` if the
-/// ring is retired.
-#[inline]
-pub(crate) fn charge_loop(
-    ring: Ring<'_>,
-    mut seed: Option<Seed>,
-    rule: &Rule,
-    now: impl Fn() -> u64,
-    n: u64,
-) -> Option<Decision> {
-    loop {
-        let (decision, reading) =
-            ring.read_from(seed.take(), rule.granularity, &now, true, |r| {
-                rule.judge(r.offset, n, false, |j| r.tail(j))
-            })?;
-        if !decision.is_allowed() || ring.try_charge(reading, n) {
-            return Some(decision);
-        }
-        // Lost the CAS to a concurrent admission (or a retirement): judge again at once. A
-        // lost CAS means another check succeeded, so this is lock-free without a backoff, and
-        // the backoff's spin (`pause`) cost two threads on one limiter 64 → 52 ns per pair of
-        // checks (`cargo bench --bench check -- contended`).
-    }
-}
-
-/// The counter's common admission: [`Ring::fast_read`], judged by [`Rule::judge_fast`] and
-/// charged by [`Fast::charge`](crate::window::ring::Fast::charge). Otherwise, having written
-/// nothing, `Err` with what the fast read loaded, if anything, for [`charge_loop`] to go on
-/// from. `rule` is a counter's (Strict, Weighted or the fixed window): only they have a ring.
-/// An allowed Strict check took 15.2–16.3 ns without this and 10.0–11.5 with it, Weighted
-/// 17.9–20.1 → 12.9–14.0, governor's 10.4 (`cargo bench --bench check -- check_allowed`).
-#[inline(always)]
-pub(crate) fn charge_fast(
-    ring: Ring<'_>,
-    rule: &Rule,
-    now: impl Fn() -> u64,
-    n: u64,
-) -> Result<Decision, Option<Seed>> {
-    let fast = ring.fast_read(rule.granularity, now).map_err(Some)?;
-    let Some(decision) = rule.judge_fast(&fast, n) else {
-        return Err(Some(fast.seed()));
-    };
-    // A lost CAS or a moved `front`: the loop reads afresh.
-    if fast.charge(n) {
-        Ok(decision)
-    } else {
-        Err(None)
+impl Quota {
+    /// The bytes of state one key of this quota holds in a
+    /// [`KeyedLimiter`](crate::KeyedLimiter), besides the key itself and its slot in the table:
+    /// the state inline in the key's entry, plus its heap array if any. For the
+    /// sliding-window counter and the fixed window it is `8·(N + 1) + 48` bytes (`N + 1`
+    /// snapshots, three more words and a 24-byte head); for GCRA 32; for the exact log
+    /// `8·L` rounded up to a power of two, plus 64.
+    ///
+    /// ```
+    /// use slidegate::{Mode, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let q = Quota::new(100, Duration::from_secs(60))?; // N = 10 buckets
+    /// assert_eq!(q.bytes_per_key(), 8 * (10 + 1) + 48);
+    /// assert_eq!(q.with_mode(Mode::Gcra).bytes_per_key(), 32);
+    /// assert_eq!(q.with_mode(Mode::ExactLog).bytes_per_key(), 8 * 128 + 64);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn bytes_per_key(&self) -> usize {
+        Shape::of(&Rule::new(*self)).bytes()
     }
 }

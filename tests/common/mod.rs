@@ -1,6 +1,6 @@
 //! The plain sequential reference model every algorithm is compared to.
 //!
-//! It applies `shared/design.md`'s admission rules literally: the sliding-window counter and
+//! It applies the admission rules of `docs/design.md` literally: the sliding-window counter and
 //! the fixed window keep the admitted cost of every bucket in a map (with exact rational
 //! arithmetic for the Weighted mode), the exact log keeps every admitted unit's time, GCRA
 //! its theoretical arrival time. It is deliberately slow and obvious.

@@ -1,0 +1,147 @@
+//! One key's entry in the store: its hash, its state's head, its key and its state's atomic
+//! words, in one allocation, allocated and freed for crossbeam-epoch (the one place the
+//! store's memory is managed by hand).
+
+use core::{mem, ptr};
+use std::alloc::{self, Layout};
+
+use crate::sync::epoch::Pointable;
+use crate::sync::{AtomicU64, Liveness};
+use crate::window::state::{Head, Shape, State};
+
+/// The alignment of every entry: 16, so that a slot pointing to one has four tag bits for
+/// the table (see `store.rs`). It is what the system allocator aligns every allocation of
+/// this size to anyway, so it costs no memory.
+pub(crate) const ENTRY_ALIGN: usize = 16;
+
+/// One key's entry: hash, state head, key, then the state's words inline, in one allocation
+/// (see the `Pointable` impl): a check at a million keys misses on the table slot and then
+/// on the entry, whose first lines hold the key and, for a small ring, its words too. With
+/// the words in a boxed slice of their own it would miss a third time (`keyed_allowed` at a
+/// million keys).
+#[repr(C)]
+pub(crate) struct Entry<K, W: ?Sized = [AtomicU64]> {
+    /// The low 32 bits of the key's hash (all a table of up to 2³² slots homes by), and above
+    /// them the number of words: a deref reads the entry's length with one shift rather than
+    /// a match on its head (a check derefs every entry it probes).
+    tag: u64,
+    /// Checked by every use of the entry's state and ended by its drop: under loom, an entry
+    /// freed while a reader can still reach it is reported. Zero-sized otherwise.
+    live: Liveness,
+    head: Head,
+    pub(crate) key: K,
+    words: W,
+}
+
+/// An entry's fields before its words: the same offsets as in `Entry<K>` (`repr(C)`).
+type Header<K> = Entry<K, [AtomicU64; 0]>;
+
+impl<K> Entry<K> {
+    /// The low 32 bits of the key's hash.
+    #[inline]
+    pub(super) fn hash(&self) -> u32 {
+        self.tag as u32
+    }
+
+    /// The key's state.
+    #[inline]
+    pub(crate) fn state(&self) -> State<'_> {
+        self.live.check();
+        self.head.packed(&self.words)
+    }
+
+    /// Whether the entry's state has `shape`.
+    #[inline]
+    pub(crate) fn fits(&self, shape: Shape) -> bool {
+        self.state().fits(shape)
+    }
+
+    /// The layout of an entry with `len` words: the header, the words at their offset in the
+    /// unsized struct, padded to the struct's alignment (so that the allocation holds the
+    /// whole value a reference to it spans), at the address alignment of
+    /// [`Pointable::ALIGN`]. The size is not padded to the latter: padded to 16, an entry of
+    /// a ring of ten buckets (152 bytes) would take the allocator's next size class, 16 bytes
+    /// more per key (`examples/keyed_memory.rs`).
+    fn layout(len: usize) -> Layout {
+        let size = mem::offset_of!(Header<K>, words) + len * mem::size_of::<AtomicU64>();
+        let align = mem::align_of::<Header<K>>();
+        match Layout::from_size_align(size.next_multiple_of(align), Self::ALIGN) {
+            Ok(layout) => layout,
+            Err(_) => panic!("an entry of {len} words overflows the address space"),
+        }
+    }
+
+    /// The entry at address `ptr` (made by [`Pointable::init`]), as a pointer with its
+    /// length.
+    ///
+    /// # Safety
+    /// `ptr` must come from `init` and not yet be dropped.
+    unsafe fn fat(ptr: usize) -> *mut Entry<K> {
+        // SAFETY: the caller's contract; the header's fields are initialised and sit at the
+        // same offsets in `Header<K>` as in the entry (`repr(C)`, same field types).
+        let len = unsafe { (*(ptr as *const Header<K>)).tag >> 32 } as usize;
+        ptr::slice_from_raw_parts_mut(ptr as *mut AtomicU64, len) as *mut Entry<K>
+    }
+}
+
+/// Allocates entries with their words inline, for crossbeam-epoch's `Atomic` (which frees
+/// them through `drop` below). The shape fixes the number of words, so each entry's length
+/// is read back from its head.
+impl<K> Pointable for Entry<K> {
+    // At least 16: the low four bits of an entry's address carry its hash's fragment.
+    const ALIGN: usize = if mem::align_of::<Header<K>>() > ENTRY_ALIGN {
+        mem::align_of::<Header<K>>()
+    } else {
+        ENTRY_ALIGN
+    };
+
+    type Init = (u64, K, Shape);
+
+    unsafe fn init((hash, key, shape): Self::Init) -> usize {
+        let len = shape.words();
+        let layout = Entry::<K>::layout(len);
+        // SAFETY: `layout` has a non-zero size (the header is at least 16 bytes).
+        let raw = unsafe { alloc::alloc(layout) };
+        if raw.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        let entry = ptr::slice_from_raw_parts_mut(raw.cast::<AtomicU64>(), len) as *mut Entry<K>;
+        // SAFETY: `raw` is a fresh allocation of `layout`, which holds the unsized entry of
+        // `len` words (same offsets, size rounded up to the same alignment); each field is
+        // written once, in place, before anything reads it.
+        unsafe {
+            ptr::addr_of_mut!((*entry).tag).write(((len as u64) << 32) | (hash & 0xffff_ffff));
+            ptr::addr_of_mut!((*entry).head).write(Head::new(shape));
+            ptr::addr_of_mut!((*entry).live).write(Liveness::new());
+            ptr::addr_of_mut!((*entry).key).write(key);
+            let words = ptr::addr_of_mut!((*entry).words).cast::<AtomicU64>();
+            for i in 0..len {
+                words.add(i).write(AtomicU64::new(shape.initial(i)));
+            }
+        }
+        raw as usize
+    }
+
+    unsafe fn deref<'a>(ptr: usize) -> &'a Self {
+        // SAFETY: `ptr` is a live entry (the trait's contract): initialised, and freed only
+        // by `drop`, which the caller does not run concurrently.
+        unsafe { &*Entry::<K>::fat(ptr) }
+    }
+
+    unsafe fn deref_mut<'a>(ptr: usize) -> &'a mut Self {
+        // SAFETY: as in `deref`, and the caller holds the only reference.
+        unsafe { &mut *Entry::<K>::fat(ptr) }
+    }
+
+    unsafe fn drop(ptr: usize) {
+        // SAFETY: `ptr` is a live entry no one else references (the trait's contract); it
+        // was allocated by `init` with the layout of its length, and is dropped once.
+        unsafe {
+            let entry = Entry::<K>::fat(ptr);
+            let layout = Entry::<K>::layout(((*entry).tag >> 32) as usize);
+            (*entry).live.end();
+            ptr::drop_in_place(entry);
+            alloc::dealloc(ptr as *mut u8, layout);
+        }
+    }
+}

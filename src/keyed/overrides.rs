@@ -1,0 +1,79 @@
+//! Per-key quotas, published while checks run.
+
+use core::hash::{BuildHasher, Hash};
+use std::collections::HashMap;
+
+use crate::algo::Rule;
+use crate::sync::epoch::{self, Atomic, Guard, Owned};
+use crate::sync::{self, Mutex, Ordering};
+
+/// Per-key quotas: an immutable map, replaced whole (copy on write) and published through
+/// crossbeam-epoch, so checks read it with one Acquire load and never wait for an update.
+/// Null when empty, so limiters without overrides pay one load and a branch per check.
+pub(super) struct Overrides<K, S> {
+    map: Atomic<HashMap<K, Rule, S>>,
+    /// Serializes updates, so none is lost to a concurrent one.
+    writer: Mutex<()>,
+}
+
+impl<K, S> Overrides<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    pub(super) fn new() -> Self {
+        Overrides {
+            map: Atomic::null(),
+            writer: Mutex::new(()),
+        }
+    }
+
+    #[inline]
+    pub(super) fn get<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g Rule> {
+        // Acquire: pairs with the Release in `update`, so the map's contents are visible.
+        let map = self.map.load(Ordering::Acquire, guard);
+        if map.is_null() {
+            return None;
+        }
+        // SAFETY: non-null maps are freed by `defer_destroy` after being replaced, so not
+        // before `guard` is dropped.
+        unsafe { map.deref() }.get(key)
+    }
+
+    /// Publishes a copy of the map changed by `change`.
+    pub(super) fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, Rule, S>)) {
+        let _writer = sync::lock(&self.writer);
+        let guard = epoch::pin();
+        let old = self.map.load(Ordering::Acquire, &guard);
+        // SAFETY: as in `get`.
+        let mut map = match unsafe { old.as_ref() } {
+            Some(map) => map.clone(),
+            None => HashMap::with_hasher(hasher.clone()),
+        };
+        change(&mut map);
+        let new = if map.is_empty() {
+            epoch::Shared::null()
+        } else {
+            Owned::new(map).into_shared(&guard)
+        };
+        // Release: pairs with the Acquire in `get`, publishing the new map's contents.
+        self.map.store(new, Ordering::Release);
+        if !old.is_null() {
+            // SAFETY: unlinked just now, under the writer lock; readers that loaded it are
+            // pinned.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+}
+
+impl<K, S> Drop for Overrides<K, S> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader can hold the map.
+        let guard = unsafe { epoch::unprotected() };
+        let map = self.map.load(Ordering::Relaxed, guard);
+        if !map.is_null() {
+            // SAFETY: as above; the current map is owned by `self`.
+            drop(unsafe { map.into_owned() });
+        }
+    }
+}

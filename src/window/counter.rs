@@ -1,0 +1,116 @@
+//! The sliding-window counter (Strict, Weighted) and the fixed window: the snapshot
+//! [`Ring`] judged by their rule, [`CounterRule`]. Every check of a counter, direct or keyed,
+//! runs here.
+//!
+//! A charge tries the ring's fast path first ([`charge_fast`]: the clock in the newest
+//! bucket, the oldest snapshot current, the cost admitted), and otherwise goes on with the
+//! general loop ([`charge_loop`]) from the loads the fast path made, so a check makes the same
+//! atomic accesses either way. The limiters call these two directly, each keeping the fast
+//! path inline and the loop out of line; through one more layer of dispatch the check
+//! stopped being inlined. Peeks and reservations go through [`decide`].
+
+use crate::algo::Op;
+use crate::algo::sliding_counter::CounterRule;
+use crate::decision::Decision;
+use crate::window::ring::{Loads, Ring};
+
+/// A counter's check: the common admission ([`charge_fast`]), else the general loop
+/// ([`charge_loop`]). `None` if the ring is retired.
+#[inline]
+pub(crate) fn charge(
+    ring: Ring<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
+    match charge_fast(ring, rule, &now, n) {
+        Ok(decision) => Some(decision),
+        Err(loads) => charge_loop(ring, loads, rule, now, n),
+    }
+}
+
+/// The counter's common admission: [`Ring::fast_read`], judged by
+/// [`CounterRule::judge_fast`] and charged by [`Fast::charge`](super::ring::Fast::charge).
+/// Otherwise, having written nothing, `Err` with what the fast read loaded, if anything, for
+/// [`charge_loop`] to go on from.
+#[inline(always)]
+pub(crate) fn charge_fast(
+    ring: Ring<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Result<Decision, Option<Loads>> {
+    let fast = ring.fast_read(rule.granularity, now).map_err(Some)?;
+    let Some(decision) = rule.judge_fast(fast.sum, fast.offset, || fast.rest(), n) else {
+        return Err(Some(fast.loads()));
+    };
+    // A lost CAS or a moved `front`: the loop reads afresh.
+    if fast.charge(n) {
+        Ok(decision)
+    } else {
+        Err(None)
+    }
+}
+
+/// The counter's general check: read (first from `loads`, those of a fast read that
+/// declined, if any), judge, charge by CAS, judge again on a lost CAS. `None` if the ring is
+/// retired.
+#[inline]
+pub(crate) fn charge_loop(
+    ring: Ring<'_>,
+    mut loads: Option<Loads>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
+    loop {
+        let (decision, judged) =
+            ring.read_from(loads.take(), rule.granularity, &now, true, |r| {
+                rule.judge(r.offset, n, false, |j| r.tail(j))
+            })?;
+        if !decision.is_allowed() || ring.try_charge(judged, n) {
+            return Some(decision);
+        }
+        // Lost the CAS to a concurrent admission (or a retirement): judge again at once. A
+        // lost CAS means another check succeeded, so this is lock-free without a backoff,
+        // and a backoff's spin only delays the retry (`contended_2_threads`).
+    }
+}
+
+/// Judges cost `n` at `now()` and applies `op` if it is allowed: a peek writes nothing, a
+/// reservation adds to pending. `None` if the ring is retired.
+#[inline]
+pub(crate) fn decide(
+    ring: Ring<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+    op: Op,
+) -> Option<Decision> {
+    let peek = op == Op::Peek;
+    ring.decide(rule.granularity, now, n, op, |r| {
+        rule.judge(r.offset, n, peek, |j| r.tail(j))
+    })
+}
+
+/// What a peek of cost `n` decides on a ring that has admitted nothing, at `now`.
+pub(crate) fn peek_fresh(rule: &CounterRule, now: u64, n: u64) -> Decision {
+    rule.judge(now % rule.granularity, n, true, |_| 0)
+}
+
+/// Frees up to `n` units of room at `now()` (see [`Ring::refund`]): the sliding window's
+/// oldest units, or the fixed window's in its current bucket alone. How many were freed;
+/// `None` if the ring is retired.
+pub(crate) fn refund(
+    ring: Ring<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<u64> {
+    let skip = if rule.is_fixed_window() {
+        rule.buckets
+    } else {
+        0
+    };
+    ring.refund(rule.granularity, now, n, skip)
+}
