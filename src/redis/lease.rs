@@ -116,7 +116,7 @@ impl Leases {
         if let Some(until) = held.denied_until.filter(|&u| now < u && n >= held.denied_n) {
             let wait = u64::try_from(until.duration_since(now).as_nanos()).unwrap_or(u64::MAX);
             return Ok(RedisDecision::new(
-                Decision::new(false, limit, 0, wait.max(1), wait),
+                Decision::denied(limit, 0, wait.max(1), wait),
                 Path::Lease,
             ));
         }
@@ -127,7 +127,7 @@ impl Leases {
                 u64::try_from(u.saturating_duration_since(now).as_nanos()).unwrap_or(u64::MAX)
             });
             return Ok(RedisDecision::new(
-                Decision::new(true, limit, held.left, 0, until),
+                Decision::allowed(limit, held.left, until),
                 Path::Lease,
             ));
         }
@@ -167,11 +167,9 @@ impl Leases {
                     let lasts = u64::try_from(o.valid_us)
                         .map_or(most, |us| most.min(core::time::Duration::from_micros(us)));
                     held.until = Some(sent + lasts);
-                    d = Decision::new(
-                        true,
+                    d = Decision::allowed(
                         limit,
                         d.remaining() + held.left,
-                        0,
                         d.reset_after().as_nanos() as u64,
                     );
                     held.denied_until = None;

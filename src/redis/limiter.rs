@@ -452,20 +452,17 @@ impl RedisLimiter {
                 } else {
                     // The cost was validated against the shared limit; the fallback's may be
                     // lower, and a cost above it is a denial there, not an error.
-                    local.check_n(&key, n).unwrap_or_else(|_| {
-                        Decision::new(false, limit, 0, crate::decision::NEVER, 0)
-                    })
+                    local
+                        .check_n(&key, n)
+                        .unwrap_or_else(|_| Decision::denied(limit, 0, crate::decision::NEVER, 0))
                 };
                 (d, Path::Fallback)
             }
-            (Policy::Allow, _) => (Decision::new(true, limit, 0, 0, 0), Path::PolicyAllow),
+            (Policy::Allow, _) => (Decision::allowed(limit, 0, 0), Path::PolicyAllow),
             _ => {
                 let wait =
                     u64::try_from(self.inner.breaker.cooldown().as_nanos()).unwrap_or(u64::MAX);
-                (
-                    Decision::new(false, limit, 0, wait.max(1), 0),
-                    Path::PolicyDeny,
-                )
+                (Decision::denied(limit, 0, wait.max(1), 0), Path::PolicyDeny)
             }
         };
         RedisDecision {

@@ -235,13 +235,16 @@ pub(crate) fn parse(reply: &[i64], shapes: &[&Shape]) -> Result<(u64, Vec<Outcom
         .iter()
         .zip(reply[1..].chunks_exact(FIELDS))
         .map(|(s, f)| Outcome {
-            decision: Decision::new(
-                f[0] == 1,
-                s.quota.limit(),
-                pos(f[1]),
-                nanos(f[2], f[3]),
-                nanos(f[4], f[5]),
-            ),
+            decision: if f[0] == 1 {
+                Decision::allowed(s.quota.limit(), pos(f[1]), nanos(f[4], f[5]))
+            } else {
+                Decision::denied(
+                    s.quota.limit(),
+                    pos(f[1]),
+                    nanos(f[2], f[3]),
+                    nanos(f[4], f[5]),
+                )
+            },
             ticket: Ticket {
                 us: pos(f[6]),
                 ns: pos(f[7]),
