@@ -17,6 +17,7 @@ mod generate;
 mod redis;
 mod report;
 mod run;
+mod serve;
 mod simulate;
 mod trace;
 

@@ -366,7 +366,7 @@ pub struct Policy<L: Limiter, X = Global> {
 /// A policy name that cannot be written in a header field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct PolicyNameError(String);
+pub struct PolicyNameError(pub(crate) String);
 
 impl<L: Limiter> Policy<L, Global> {
     /// A policy named `name` (printable ASCII: it is written in the `RateLimit` fields and

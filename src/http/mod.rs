@@ -28,6 +28,7 @@
 //! The guide, with the header syntax, the trusted-proxy rules, shadow mode and the metric and
 //! span names, is `docs/http.md` in the repository.
 
+pub mod fields;
 mod forwarded;
 mod headers;
 pub mod key;

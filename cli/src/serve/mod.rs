@@ -1,0 +1,5 @@
+//! `slidegate serve`.
+#[allow(unused)]
+mod proto;
+#[allow(unused)]
+mod rules;

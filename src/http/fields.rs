@@ -1,0 +1,76 @@
+//! The header fields for decisions made outside a [`RateLimitLayer`](super::RateLimitLayer):
+//! a decision service answering for another server (`slidegate serve`), or a handler that
+//! checks a limiter itself. The same syntax and rounding as the layer's (see the module
+//! `headers` and `docs/http.md`): `RateLimit-Policy` and `RateLimit` as Structured Field
+//! Lists of draft-ietf-httpapi-ratelimit-headers-11, durations in whole seconds rounded up.
+//!
+//! ```
+//! use slidegate::http::fields::{Fields, PolicyName};
+//! use std::time::Duration;
+//!
+//! let name = PolicyName::new("per-user")?;
+//! let mut fields = Fields::new();
+//! fields.policy(&name, 100, Duration::from_secs(60));
+//! fields.limit(&name, 99, Duration::from_millis(59_500));
+//! let (policy, limit) = fields.into_values();
+//! assert_eq!(policy.unwrap(), "\"per-user\";q=100;w=60");
+//! assert_eq!(limit.unwrap(), "\"per-user\";r=99;t=60");
+//! # Ok::<(), slidegate::http::PolicyNameError>(())
+//! ```
+
+use core::time::Duration;
+
+use http::HeaderValue;
+
+use super::PolicyNameError;
+use super::headers;
+
+/// A policy's name as a Structured Field String, checked once (printable ASCII only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyName(String);
+
+impl PolicyName {
+    /// `name`, quoted and escaped; an error if it holds other than printable ASCII.
+    pub fn new(name: &str) -> Result<PolicyName, PolicyNameError> {
+        headers::sf_string(name).map(PolicyName).map_err(PolicyNameError)
+    }
+}
+
+/// The values of `RateLimit-Policy` and `RateLimit`, built item by item.
+#[derive(Clone, Debug, Default)]
+pub struct Fields {
+    policy: String,
+    limit: String,
+}
+
+impl Fields {
+    /// No items yet.
+    pub fn new() -> Fields {
+        Fields::default()
+    }
+
+    /// Appends `name;q=limit;w=window` to `RateLimit-Policy` (`w` in seconds, rounded up,
+    /// at least 1).
+    pub fn policy(&mut self, name: &PolicyName, limit: u64, window: Duration) -> &mut Fields {
+        headers::push_policy_item(&mut self.policy, &name.0, limit, window, None);
+        self
+    }
+
+    /// Appends `name;r=remaining;t=reset` to `RateLimit` (`t` in seconds, rounded up).
+    pub fn limit(&mut self, name: &PolicyName, remaining: u64, reset: Duration) -> &mut Fields {
+        headers::push_limit_item(&mut self.limit, &name.0, remaining, reset, None);
+        self
+    }
+
+    /// The `RateLimit-Policy` and `RateLimit` values; `None` for a field with no item.
+    pub fn into_values(self) -> (Option<HeaderValue>, Option<HeaderValue>) {
+        let value = |s: String| (!s.is_empty()).then(|| headers::value(s));
+        (value(self.policy), value(self.limit))
+    }
+}
+
+/// `Retry-After` for a wait: delay-seconds, rounded up, so a client that waits it is never
+/// early.
+pub fn retry_after(wait: Duration) -> HeaderValue {
+    headers::retry_after(wait)
+}
