@@ -1,5 +1,6 @@
 //! `slidegate serve`.
-#[allow(unused)]
+#![allow(unused)]
+mod engine;
+mod metrics;
 mod proto;
-#[allow(unused)]
 mod rules;

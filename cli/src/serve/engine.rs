@@ -1,0 +1,893 @@
+//! The decision: a request's descriptors (or key) resolved to rules, checked against the
+//! rules' limiters all or nothing, and one status per descriptor.
+//!
+//! - Every enforcing rule a request matches is checked together: the request is admitted
+//!   only if all admit, and then charged to all; if one denies, none is charged (the
+//!   library's `check_all`, or its Redis twin). Envoy's reference service instead charges
+//!   every descriptor even when another is over its limit.
+//! - A shadow rule decides and records (its counts, its metrics, its `RateLimit` item) but
+//!   always reports OK. It is charged when the request is admitted and it would admit it,
+//!   as it would be if it enforced.
+//! - A descriptor that matches no rule, a rule marked unlimited, or a rule another matched
+//!   rule `replaces` is answered OK with no limit; so is every descriptor of an unknown
+//!   domain (the reference service's answer).
+//! - A cost above a rule's limit could never be admitted: OVER_LIMIT with no retry time.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures_util::FutureExt;
+use slidegate::clock::{Clock, ManualClock, Nanos, QuantaClock};
+use slidegate::http::fields::PolicyName;
+use slidegate::redis::{Connection, Policy as RedisPolicy, RedisLimiter};
+use slidegate::{Decision, KeyedLimiter, Limit, Quota};
+
+use super::metrics;
+use super::rules::{self, RuleSpec, Spec};
+
+/// The clock of the in-memory limiters: quanta's in service, a manual one in tests.
+#[derive(Clone)]
+pub(crate) enum ServeClock {
+    Quanta(QuantaClock),
+    #[allow(dead_code)]
+    Manual(ManualClock),
+}
+
+impl Clock for ServeClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        match self {
+            ServeClock::Quanta(c) => c.now(),
+            ServeClock::Manual(c) => c.now(),
+        }
+    }
+}
+
+type MemLimiter = KeyedLimiter<String, ServeClock>;
+
+/// Where the counts live.
+pub(crate) enum Backend {
+    /// In this process: one keyed limiter per rule.
+    Memory { clock: ServeClock, max_keys: usize },
+    /// In Redis, shared by every server with the same rules and prefix.
+    Redis {
+        conn: Connection,
+        prefix: String,
+        deadline: Duration,
+        unavailable: Unavailable,
+    },
+}
+
+/// What a Redis-backed server answers while Redis cannot decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Unavailable {
+    /// Admit every request.
+    Allow,
+    /// Deny every request.
+    Deny,
+    /// Each rule's quota counted in this process alone.
+    Local,
+}
+
+#[derive(Clone)]
+enum Limiter {
+    Memory(Arc<MemLimiter>),
+    Redis(RedisLimiter),
+}
+
+/// A rule with its limiter.
+pub(crate) struct Rule {
+    pub(crate) spec: RuleSpec,
+    limiter: Limiter,
+    /// Its name as a header-field String.
+    pub(crate) field: PolicyName,
+    pub(crate) metrics: metrics::RuleMetrics,
+}
+
+/// The rules in force.
+pub(crate) struct RuleSet {
+    pub(crate) rules: Vec<Rule>,
+    domains: HashMap<String, rules::Level>,
+    key_default: Vec<usize>,
+    key_overrides: HashMap<String, Vec<usize>>,
+    /// Rules made for descriptors that carry their own limit (Envoy's `limit` override), by
+    /// (limit, window in seconds); kept across reloads.
+    overrides: Arc<Mutex<HashMap<(u64, u64), Arc<Rule>>>>,
+}
+
+/// The most distinct `limit` overrides a server makes rules for.
+const MAX_OVERRIDES: usize = 64;
+
+/// How a request's status names its rule.
+#[derive(Clone)]
+pub(crate) enum Which {
+    Rule(usize),
+    Override(Arc<Rule>),
+}
+
+impl Which {
+    pub(crate) fn get<'a>(&'a self, set: &'a RuleSet) -> &'a Rule {
+        match self {
+            Which::Rule(i) => &set.rules[*i],
+            Which::Override(r) => r,
+        }
+    }
+}
+
+/// A check, as both APIs ask it.
+pub(crate) enum Request<'a> {
+    /// A key, against the named rules (or the file's key rules).
+    Key { key: &'a str, rules: Option<Vec<&'a str>> },
+    /// Envoy's descriptors in a domain.
+    Descriptors { domain: &'a str, descriptors: Vec<Descriptor<'a>> },
+}
+
+/// One descriptor: its entries and, perhaps, a limit of its own.
+pub(crate) struct Descriptor<'a> {
+    pub(crate) entries: Vec<(&'a str, &'a str)>,
+    /// (requests per unit, unit window).
+    pub(crate) limit: Option<(u64, Duration)>,
+}
+
+/// A request that cannot be checked, with the field at fault (in the API's own naming).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Invalid {
+    pub(crate) field: String,
+    pub(crate) message: String,
+}
+
+impl Invalid {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Invalid {
+        Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Bounds on one request, so one request cannot make a server build huge keys.
+pub(crate) const MAX_DESCRIPTORS: usize = 64;
+pub(crate) const MAX_ENTRIES: usize = 32;
+pub(crate) const MAX_KEY_BYTES: usize = 4096;
+
+/// The answer for one descriptor (or one rule of a key).
+pub(crate) struct Status {
+    /// The rule applied; `None` for no limit.
+    pub(crate) which: Option<Which>,
+    /// OVER_LIMIT (never for a shadow rule).
+    pub(crate) over: bool,
+    /// A shadow rule that would have denied.
+    pub(crate) shadow_over: bool,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after: Duration,
+    /// When over: how long until the request would be admitted; `None` if never (the cost
+    /// is above the limit).
+    pub(crate) retry_after: Option<Duration>,
+    key: String,
+}
+
+/// The answer to a check.
+pub(crate) struct Outcome {
+    pub(crate) allowed: bool,
+    pub(crate) statuses: Vec<Status>,
+    /// When denied: the longest wait among the rules that deny; `None` if one never admits.
+    pub(crate) retry_after: Option<Duration>,
+}
+
+/// Redis failed in a way no policy covers (an error reply, a bad script answer).
+#[derive(Debug)]
+pub(crate) struct StoreError(pub(crate) String);
+
+/// The decision service's core: the rules in force and the backend.
+pub(crate) struct Engine {
+    rules: ArcSwap<RuleSet>,
+    backend: Backend,
+    generation: AtomicU64,
+}
+
+impl Engine {
+    pub(crate) fn new(spec: Spec, backend: Backend) -> Result<Engine, String> {
+        let set = RuleSet::build(spec, None, &backend)?;
+        Ok(Engine {
+            rules: ArcSwap::from_pointee(set),
+            backend,
+            generation: AtomicU64::new(1),
+        })
+    }
+
+    /// Puts `spec` in force, keeping the counts of rules whose name and quota it keeps.
+    pub(crate) fn reload(&self, spec: Spec) -> Result<u64, String> {
+        let old = self.rules.load();
+        let set = RuleSet::build(spec, Some(&old), &self.backend)?;
+        self.rules.store(Arc::new(set));
+        Ok(self.generation.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn rules(&self) -> arc_swap::Guard<Arc<RuleSet>> {
+        self.rules.load()
+    }
+
+    pub(crate) fn is_redis(&self) -> bool {
+        matches!(self.backend, Backend::Redis { .. })
+    }
+
+    /// Decides in memory, synchronously: `render` gets the rules the decision used.
+    pub(crate) fn decide_local<R>(
+        &self,
+        request: &Request<'_>,
+        cost: u64,
+        render: impl FnOnce(&RuleSet, Result<Outcome, Invalid>) -> R,
+    ) -> R {
+        let set = self.rules.load();
+        let outcome = set.resolve(request, cost, &self.backend).map(|items| {
+            decide(&set, items, cost)
+                .now_or_never()
+                .expect("in-memory limiters never wait")
+                .expect("in-memory limiters never fail")
+        });
+        render(&set, outcome)
+    }
+
+    /// Decides through Redis.
+    pub(crate) async fn decide_remote(
+        &self,
+        request: &Request<'_>,
+        cost: u64,
+    ) -> (Arc<RuleSet>, Result<Result<Outcome, StoreError>, Invalid>) {
+        let set = self.rules.load_full();
+        let items = match set.resolve(request, cost, &self.backend) {
+            Ok(items) => items,
+            Err(e) => return (set, Err(e)),
+        };
+        let outcome = decide(&set, items, cost).await;
+        (set, Ok(outcome))
+    }
+
+    /// The in-memory rules' key counts, for the metrics.
+    pub(crate) fn key_counts(&self) -> Vec<(String, usize)> {
+        let set = self.rules.load();
+        set.rules
+            .iter()
+            .filter_map(|r| match &r.limiter {
+                Limiter::Memory(l) => Some((r.spec.display.clone(), l.len())),
+                Limiter::Redis(_) => None,
+            })
+            .collect()
+    }
+}
+
+impl RuleSet {
+    fn build(spec: Spec, old: Option<&RuleSet>, backend: &Backend) -> Result<RuleSet, String> {
+        let mut rules = Vec::with_capacity(spec.rules.len());
+        for r in spec.rules {
+            let kept = old.and_then(|o| {
+                o.rules
+                    .iter()
+                    .find(|x| x.spec.name == r.name && x.spec.quota == r.quota)
+                    .map(|x| x.limiter.clone())
+            });
+            rules.push(Rule::new(r, kept, backend)?);
+        }
+        Ok(RuleSet {
+            rules,
+            domains: spec.domains,
+            key_default: spec.key_default,
+            key_overrides: spec.key_overrides,
+            overrides: old.map_or_else(Default::default, |o| Arc::clone(&o.overrides)),
+        })
+    }
+
+    /// Each descriptor's (or named rule's) rule and key, checked for size.
+    fn resolve(
+        &self,
+        request: &Request<'_>,
+        cost: u64,
+        backend: &Backend,
+    ) -> Result<Vec<(Option<Which>, String)>, Invalid> {
+        if cost == 0 {
+            return Err(Invalid::new("cost", "must be at least 1"));
+        }
+        match request {
+            Request::Key { key, rules } => {
+                if key.len() + 1 > MAX_KEY_BYTES {
+                    return Err(Invalid::new("key", format!("longer than {} bytes", MAX_KEY_BYTES - 1)));
+                }
+                let indices: Vec<usize> = match rules {
+                    Some(names) => {
+                        let mut v = Vec::with_capacity(names.len());
+                        for (i, name) in names.iter().enumerate() {
+                            let r = self
+                                .rules
+                                .iter()
+                                .position(|r| r.spec.name == *name)
+                                .ok_or_else(|| Invalid::new(format!("rules[{i}]"), format!("no rule named {name:?}")))?;
+                            v.push(r);
+                        }
+                        v
+                    }
+                    None => self
+                        .key_overrides
+                        .get(*key)
+                        .unwrap_or(&self.key_default)
+                        .clone(),
+                };
+                let mut k = String::with_capacity(key.len() + 1);
+                k.push('k');
+                k.push_str(key);
+                Ok(indices.into_iter().map(|i| (Some(Which::Rule(i)), k.clone())).collect())
+            }
+            Request::Descriptors { domain, descriptors } => {
+                if domain.is_empty() {
+                    return Err(Invalid::new("domain", "must not be empty"));
+                }
+                if descriptors.is_empty() {
+                    return Err(Invalid::new("descriptors", "must not be empty"));
+                }
+                if descriptors.len() > MAX_DESCRIPTORS {
+                    return Err(Invalid::new("descriptors", format!("more than {MAX_DESCRIPTORS}")));
+                }
+                let level = self.domains.get(*domain);
+                let mut items = Vec::with_capacity(descriptors.len());
+                for (i, d) in descriptors.iter().enumerate() {
+                    let at = |f: &str| format!("descriptors[{i}].{f}");
+                    if d.entries.is_empty() {
+                        return Err(Invalid::new(at("entries"), "must not be empty"));
+                    }
+                    if d.entries.len() > MAX_ENTRIES {
+                        return Err(Invalid::new(at("entries"), format!("more than {MAX_ENTRIES}")));
+                    }
+                    if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
+                        return Err(Invalid::new(at(&format!("entries[{j}].key")), "must not be empty"));
+                    }
+                    let key = descriptor_key(domain, &d.entries);
+                    if key.len() > MAX_KEY_BYTES {
+                        return Err(Invalid::new(at("entries"), format!("longer than {MAX_KEY_BYTES} bytes in all")));
+                    }
+                    let which = match (level, d.limit) {
+                        (None, _) => None,
+                        (Some(_), Some((limit, window))) => Some(self.override_rule(limit, window, backend).map_err(|m| Invalid::new(at("limit"), m))?),
+                        (Some(level), None) => match rules::resolve(level, d.entries.iter().copied()) {
+                            rules::Target::Rule(r) => Some(Which::Rule(r)),
+                            rules::Target::None | rules::Target::Unlimited => None,
+                        },
+                    };
+                    items.push((which, key));
+                }
+                // Envoy's `replaces`: a matched rule switches off the rules it names.
+                let replaced: Vec<String> = items
+                    .iter()
+                    .filter_map(|(w, _)| w.as_ref())
+                    .flat_map(|w| w.get(self).spec.replaces.iter().cloned())
+                    .collect();
+                if !replaced.is_empty() {
+                    for (w, _) in &mut items {
+                        if w.as_ref().is_some_and(|w| replaced.contains(&w.get(self).spec.display)) {
+                            *w = None;
+                        }
+                    }
+                }
+                Ok(items)
+            }
+        }
+    }
+
+    /// The rule for a descriptor's own limit, made on first use.
+    fn override_rule(&self, limit: u64, window: Duration, backend: &Backend) -> Result<Which, String> {
+        let id = (limit, window.as_secs());
+        let mut map = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = map.get(&id) {
+            return Ok(Which::Override(Arc::clone(r)));
+        }
+        if map.len() >= MAX_OVERRIDES {
+            return Err(format!("more than {MAX_OVERRIDES} distinct limit overrides"));
+        }
+        let quota = Quota::new(limit, window).map_err(|e| e.to_string())?;
+        let unit = rules::UNITS
+            .iter()
+            .find(|(_, s)| *s == window.as_secs())
+            .map_or("s", |(u, _)| u);
+        let name = format!("override-{limit}-per-{unit}");
+        let spec = RuleSpec {
+            display: name.clone(),
+            name,
+            quota,
+            shadow: false,
+            replaces: Vec::new(),
+        };
+        let rule = Arc::new(Rule::new(spec, None, backend)?);
+        map.insert(id, Arc::clone(&rule));
+        Ok(Which::Override(rule))
+    }
+}
+
+impl Rule {
+    fn new(spec: RuleSpec, kept: Option<Limiter>, backend: &Backend) -> Result<Rule, String> {
+        let limiter = match (kept, backend) {
+            (Some(l), _) => l,
+            (None, Backend::Memory { clock, max_keys }) => Limiter::Memory(Arc::new(
+                KeyedLimiter::builder(spec.quota)
+                    .clock(clock.clone())
+                    .max_keys(*max_keys)
+                    .build(),
+            )),
+            (None, Backend::Redis { conn, prefix, deadline, unavailable }) => {
+                let policy = match unavailable {
+                    Unavailable::Allow => RedisPolicy::Allow,
+                    Unavailable::Deny => RedisPolicy::Deny,
+                    Unavailable::Local => RedisPolicy::Local(spec.quota),
+                };
+                Limiter::Redis(
+                    RedisLimiter::builder(spec.quota)
+                        .prefix(redis_prefix(prefix, &spec))
+                        .deadline(*deadline)
+                        .policy(policy)
+                        .build(conn)
+                        .map_err(|e| format!("rule {:?}: {e}", spec.name))?,
+                )
+            }
+        };
+        Rule::with_limiter(spec, limiter)
+    }
+
+    fn with_limiter(spec: RuleSpec, limiter: Limiter) -> Result<Rule, String> {
+        let field = PolicyName::new(&header_name(&spec.display)).map_err(|e| e.to_string())?;
+        Ok(Rule {
+            metrics: metrics::RuleMetrics::new(&spec.display),
+            field,
+            limiter,
+            spec,
+        })
+    }
+}
+
+/// A name as a header field can carry it: bytes outside printable ASCII percent-encoded.
+fn header_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if (b' '..=b'~').contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The Redis key prefix of a rule: the server's prefix and a fingerprint of the rule's name
+/// and quota, so servers with the same rule share its counts and a changed quota starts
+/// afresh (its state would be read with the wrong shape otherwise).
+fn redis_prefix(root: &str, spec: &RuleSpec) -> String {
+    let q = spec.quota;
+    let id = format!(
+        "{}\0{}\0{}\0{}\0{:?}",
+        spec.name,
+        q.limit(),
+        q.window().as_nanos(),
+        q.granularity().as_nanos(),
+        q.mode()
+    );
+    // FNV-1a: stable across builds and platforms, which std's hashers do not promise.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{root}{h:016x}:")
+}
+
+/// A descriptor's counter key: the domain and entries, each length-prefixed so no two
+/// descriptors share a key.
+fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    let len = 1 + domain.len() + entries.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>() + 4;
+    let mut key = String::with_capacity(len);
+    key.push('d');
+    let mut push = |s: &str| {
+        let _ = write!(key, "{}:", s.len());
+        key.push_str(s);
+    };
+    push(domain);
+    for (k, v) in entries {
+        push(k);
+        push(v);
+    }
+    key
+}
+
+/// One decision, on whichever backend the rules' limiters use.
+async fn decide(
+    set: &RuleSet,
+    items: Vec<(Option<Which>, String)>,
+    cost: u64,
+) -> Result<Outcome, StoreError> {
+    let mut statuses: Vec<Status> = items
+        .into_iter()
+        .map(|(which, key)| Status {
+            which,
+            over: false,
+            shadow_over: false,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+            key,
+        })
+        .collect();
+    let mut enforcing = Vec::new();
+    let mut never = false;
+    for (i, s) in statuses.iter().enumerate() {
+        if let Some(r) = s.which.as_ref().map(|w| w.get(set)) {
+            if !r.spec.shadow {
+                if cost > r.spec.quota.limit() {
+                    never = true;
+                } else {
+                    enforcing.push(i);
+                }
+            }
+        }
+    }
+
+    let mut allowed = true;
+    let mut retry = None;
+    if never {
+        allowed = false;
+    } else if let [i] = enforcing[..] {
+        let s = &mut statuses[i];
+        let d = check(&rule_of(set, &s.which).limiter, &s.key, cost).await?;
+        allowed = d.is_allowed();
+        retry = d.retry_after();
+        s.apply(&d);
+    } else if !enforcing.is_empty() {
+        let list: Vec<(&Limiter, &String, u64)> = enforcing
+            .iter()
+            .map(|&i| (&rule_of(set, &statuses[i].which).limiter, &statuses[i].key, cost))
+            .collect();
+        let (ok, denied_by, wait) = check_all(&list).await?;
+        allowed = ok;
+        retry = wait;
+        let peeks = peek_all(&list).await?;
+        for (n, (&i, d)) in enforcing.iter().zip(peeks).enumerate() {
+            let s = &mut statuses[i];
+            s.remaining = d.remaining();
+            s.reset_after = d.reset_after();
+            if !allowed && (d.remaining() < cost || denied_by == Some(n)) {
+                s.over = true;
+                s.retry_after = wait;
+            }
+        }
+    }
+
+    for i in 0..statuses.len() {
+        // A clone, so the rule outlives the status's borrow (an `Arc` only for overrides).
+        let Some(which) = statuses[i].which.clone() else {
+            continue;
+        };
+        let r = which.get(set);
+        let limit = r.spec.quota.limit();
+        let s = &mut statuses[i];
+        if cost > limit {
+            // Never admitted: over (or, in shadow, would be), with no time to wait.
+            let d = peek(&r.limiter, &s.key).await?;
+            s.remaining = d.remaining();
+            s.reset_after = d.reset_after();
+            s.retry_after = None;
+            if r.spec.shadow {
+                s.shadow_over = true;
+            } else {
+                s.over = true;
+            }
+        } else if r.spec.shadow {
+            let d = if allowed {
+                check(&r.limiter, &s.key, cost).await?
+            } else {
+                peek(&r.limiter, &s.key).await?
+            };
+            s.remaining = d.remaining();
+            s.reset_after = d.reset_after();
+            s.shadow_over = if allowed { !d.is_allowed() } else { d.remaining() < cost };
+        } else if never {
+            let d = peek(&r.limiter, &s.key).await?;
+            s.remaining = d.remaining();
+            s.reset_after = d.reset_after();
+        }
+        r.metrics.record(s.over, s.shadow_over);
+    }
+    if never {
+        retry = None;
+    }
+    Ok(Outcome {
+        allowed,
+        statuses,
+        retry_after: if allowed { None } else { retry },
+    })
+}
+
+fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
+    which.as_ref().expect("an enforcing status has a rule").get(set)
+}
+
+impl Status {
+    fn apply(&mut self, d: &Decision) {
+        self.remaining = d.remaining();
+        self.reset_after = d.reset_after();
+        if !d.is_allowed() {
+            self.over = true;
+            self.retry_after = d.retry_after();
+        }
+    }
+}
+
+// `&String`: the in-memory limiters are keyed by `String`, and a `&str` would be copied.
+#[allow(clippy::ptr_arg)]
+async fn check(limiter: &Limiter, key: &String, cost: u64) -> Result<Decision, StoreError> {
+    match limiter {
+        Limiter::Memory(l) => l
+            .check_n(key, cost)
+            .map_err(|e| StoreError(e.to_string())),
+        Limiter::Redis(l) => {
+            let d = l.check_n(key, cost).await.map_err(|e| StoreError(e.to_string()))?;
+            metrics::redis_path(d.degraded());
+            Ok(d.decision())
+        }
+    }
+}
+
+#[allow(clippy::ptr_arg)]
+async fn peek(limiter: &Limiter, key: &String) -> Result<Decision, StoreError> {
+    match limiter {
+        Limiter::Memory(l) => Ok(l.peek(key)),
+        Limiter::Redis(l) => {
+            let d = l.peek(key).await.map_err(|e| StoreError(e.to_string()))?;
+            metrics::redis_path(d.degraded());
+            Ok(d.decision())
+        }
+    }
+}
+
+async fn peek_all(list: &[(&Limiter, &String, u64)]) -> Result<Vec<Decision>, StoreError> {
+    futures_util::future::join_all(list.iter().map(|(l, k, _)| peek(l, k)))
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// All or nothing: (allowed, index of the first that denied, the longest wait).
+async fn check_all(
+    list: &[(&Limiter, &String, u64)],
+) -> Result<(bool, Option<usize>, Option<Duration>), StoreError> {
+    match list[0].0 {
+        Limiter::Memory(_) => {
+            let handles: Vec<_> = list
+                .iter()
+                .map(|(l, k, _)| match l {
+                    Limiter::Memory(l) => l.key(k),
+                    Limiter::Redis(_) => unreachable!("one backend per rule set"),
+                })
+                .collect();
+            let limits: Vec<(&dyn Limit, u64)> = handles
+                .iter()
+                .zip(list)
+                .map(|(h, (_, _, n))| (h as &dyn Limit, *n))
+                .collect();
+            let m = slidegate::check_all(&limits).map_err(|e| StoreError(e.to_string()))?;
+            Ok((m.is_allowed(), m.denied_by(), m.retry_after()))
+        }
+        Limiter::Redis(_) => {
+            let limits: Vec<(&RedisLimiter, &str, u64)> = list
+                .iter()
+                .map(|(l, k, n)| match l {
+                    Limiter::Redis(r) => (r, k.as_str(), *n),
+                    Limiter::Memory(_) => unreachable!("one backend per rule set"),
+                })
+                .collect();
+            let m = slidegate::redis::check_all(&limits)
+                .await
+                .map_err(|e| StoreError(e.to_string()))?;
+            metrics::redis_path(m.degraded());
+            Ok((m.is_allowed(), m.denied_by(), m.retry_after()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::rules::toml;
+
+    const RULES: &str = r#"
+[rules.user]
+limit = 3
+window = "10s"
+granularity = "1s"
+
+[rules.tenant]
+limit = 5
+window = "10s"
+granularity = "1s"
+
+[rules.trial]
+limit = 1
+window = "10s"
+granularity = "1s"
+shadow = true
+
+[keys]
+default = ["user"]
+overrides = { "vip" = ["tenant"] }
+
+[[descriptors]]
+domain = "api"
+match = ["user"]
+rule = "user"
+
+[[descriptors]]
+domain = "api"
+match = ["tenant"]
+rule = "tenant"
+
+[[descriptors]]
+domain = "api"
+match = ["plan=trial"]
+rule = "trial"
+"#;
+
+    fn engine(text: &str) -> (Engine, ManualClock) {
+        let clock = ManualClock::new();
+        let backend = Backend::Memory {
+            clock: ServeClock::Manual(clock.clone()),
+            max_keys: 1000,
+        };
+        (Engine::new(toml::parse(text).unwrap(), backend).unwrap(), clock)
+    }
+
+    fn descriptors<'a>(list: &[&[(&'a str, &'a str)]]) -> Request<'a> {
+        Request::Descriptors {
+            domain: "api",
+            descriptors: list
+                .iter()
+                .map(|e| Descriptor { entries: e.to_vec(), limit: None })
+                .collect(),
+        }
+    }
+
+    /// (allowed, [(rule display or "-", over, shadow_over, remaining)]).
+    type Summary = (bool, Vec<(String, bool, bool, u64)>);
+
+    fn check(e: &Engine, r: &Request<'_>, cost: u64) -> Result<Summary, Invalid> {
+        e.decide_local(r, cost, |set, o| {
+            o.map(|o| {
+                let s = o
+                    .statuses
+                    .iter()
+                    .map(|s| {
+                        let name = s.which.as_ref().map_or("-".into(), |w| w.get(set).spec.display.clone());
+                        (name, s.over, s.shadow_over, s.remaining)
+                    })
+                    .collect();
+                (o.allowed, s)
+            })
+        })
+    }
+
+    fn st(name: &str, over: bool, shadow_over: bool, remaining: u64) -> (String, bool, bool, u64) {
+        (name.into(), over, shadow_over, remaining)
+    }
+
+    #[test]
+    fn one_descriptor_admits_its_limit_then_denies_until_the_window_moves() {
+        let (e, clock) = engine(RULES);
+        let r = descriptors(&[&[("user", "alice")]]);
+        for left in [2, 1, 0] {
+            assert_eq!(check(&e, &r, 1).unwrap(), (true, vec![st("user", false, false, left)]));
+        }
+        assert_eq!(check(&e, &r, 1).unwrap(), (false, vec![st("user", true, false, 0)]));
+        let wait = e.decide_local(&r, 1, |_, o| o.unwrap().retry_after.unwrap());
+        assert!(wait > Duration::from_secs(9) && wait <= Duration::from_secs(11), "{wait:?}");
+        // Another value of the same key is another counter.
+        assert!(check(&e, &descriptors(&[&[("user", "bob")]]), 1).unwrap().0);
+        clock.advance(wait);
+        assert!(check(&e, &r, 1).unwrap().0);
+    }
+
+    /// Denied by one rule, charged to none: the tenant keeps its room.
+    #[test]
+    fn several_descriptors_are_all_or_nothing() {
+        let (e, _clock) = engine(RULES);
+        let both = descriptors(&[&[("tenant", "t1")], &[("user", "alice")]]);
+        assert_eq!(
+            check(&e, &both, 3).unwrap(),
+            (true, vec![st("tenant", false, false, 2), st("user", false, false, 0)])
+        );
+        assert_eq!(
+            check(&e, &both, 1).unwrap(),
+            (false, vec![st("tenant", false, false, 2), st("user", true, false, 0)])
+        );
+        assert_eq!(check(&e, &descriptors(&[&[("tenant", "t1")]]), 2).unwrap().1[0].3, 0);
+    }
+
+    #[test]
+    fn shadow_rules_decide_but_never_deny() {
+        let (e, _clock) = engine(RULES);
+        let r = descriptors(&[&[("plan", "trial")], &[("user", "u")]]);
+        assert_eq!(check(&e, &r, 1).unwrap(), (true, vec![st("trial", false, false, 0), st("user", false, false, 2)]));
+        assert_eq!(check(&e, &r, 1).unwrap(), (true, vec![st("trial", false, true, 0), st("user", false, false, 1)]));
+        // A cost above the shadow rule's limit: would never pass, and still passes.
+        assert_eq!(check(&e, &r, 2).unwrap(), (false, vec![st("trial", false, true, 0), st("user", true, false, 1)]));
+    }
+
+    #[test]
+    fn unknown_domains_unmatched_descriptors_and_huge_costs() {
+        let (e, _clock) = engine(RULES);
+        let unknown = Request::Descriptors {
+            domain: "nowhere",
+            descriptors: vec![Descriptor { entries: vec![("user", "a")], limit: None }],
+        };
+        assert_eq!(check(&e, &unknown, 1000).unwrap(), (true, vec![st("-", false, false, 0)]));
+        assert_eq!(check(&e, &descriptors(&[&[("colour", "red")]]), 1).unwrap(), (true, vec![st("-", false, false, 0)]));
+        // Above the limit: never admitted, no retry time, nothing charged elsewhere.
+        let r = descriptors(&[&[("user", "big")], &[("tenant", "t")]]);
+        e.decide_local(&r, 4, |_, o| {
+            let o = o.unwrap();
+            assert!(!o.allowed && o.retry_after.is_none());
+            assert!(o.statuses[0].over && o.statuses[0].retry_after.is_none());
+            assert!(!o.statuses[1].over);
+            assert_eq!(o.statuses[1].remaining, 5);
+        });
+    }
+
+    #[test]
+    fn keys_use_the_default_an_override_or_the_named_rules() {
+        let (e, _clock) = engine(RULES);
+        let key = |k, rules| Request::Key { key: k, rules };
+        assert_eq!(check(&e, &key("a", None), 1).unwrap(), (true, vec![st("user", false, false, 2)]));
+        assert_eq!(check(&e, &key("vip", None), 1).unwrap(), (true, vec![st("tenant", false, false, 4)]));
+        assert_eq!(
+            check(&e, &key("a", Some(vec!["tenant", "user"])), 1).unwrap(),
+            (true, vec![st("tenant", false, false, 4), st("user", false, false, 1)])
+        );
+        // Key "a" and descriptor user=a are different counters.
+        assert_eq!(check(&e, &descriptors(&[&[("user", "a")]]), 1).unwrap().1[0].3, 2);
+        assert_eq!(
+            check(&e, &key("a", Some(vec!["user", "nope"])), 1).unwrap_err(),
+            Invalid::new("rules[1]", "no rule named \"nope\"")
+        );
+        assert_eq!(check(&e, &key("a", None), 0).unwrap_err().field, "cost");
+    }
+
+    #[test]
+    fn a_reload_keeps_the_counts_of_unchanged_rules_only() {
+        let (e, _clock) = engine(RULES);
+        let r = descriptors(&[&[("tenant", "t")], &[("user", "u")]]);
+        assert!(check(&e, &r, 2).unwrap().0);
+        // Same user rule; the tenant's limit changes.
+        let changed = RULES.replacen("limit = 5", "limit = 50", 1);
+        assert_eq!(e.reload(toml::parse(&changed).unwrap()), Ok(2));
+        assert_eq!(
+            check(&e, &r, 1).unwrap(),
+            (true, vec![st("tenant", false, false, 49), st("user", false, false, 0)])
+        );
+    }
+
+    #[test]
+    fn replaces_and_limit_overrides() {
+        let yaml = "domain: api\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: 1, name: a }\n  - key: b\n    rate_limit: { unit: second, requests_per_unit: 5, replaces: [{name: a}] }\n";
+        let backend = Backend::Memory { clock: ServeClock::Manual(ManualClock::new()), max_keys: 10 };
+        let e = Engine::new(rules::envoy::parse(yaml).unwrap(), backend).unwrap();
+        let r = descriptors(&[&[("a", "1")], &[("b", "1")]]);
+        for _ in 0..3 {
+            assert_eq!(check(&e, &r, 1).unwrap().1[0], st("-", false, false, 0));
+        }
+        let over = Request::Descriptors {
+            domain: "api",
+            descriptors: vec![Descriptor { entries: vec![("zzz", "1")], limit: Some((2, Duration::from_secs(60))) }],
+        };
+        assert_eq!(check(&e, &over, 1).unwrap(), (true, vec![st("override-2-per-minute", false, false, 1)]));
+        assert_eq!(check(&e, &over, 2).unwrap().0, false);
+    }
+}
