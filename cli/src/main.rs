@@ -51,6 +51,9 @@ enum Command {
     /// Replay traffic through every algorithm and compare each with the exact sliding log
     /// (the default command).
     Simulate(Simulate),
+    /// Serve rate-limit decisions over HTTP/JSON and Envoy's rate limit gRPC API, from a
+    /// rules file reloaded when it changes (docs/serve.md).
+    Serve(serve::Serve),
 }
 
 /// The options of `slidegate simulate`.
@@ -192,6 +195,7 @@ fn main() -> ExitCode {
     // A bare `slidegate` is `slidegate simulate`.
     let result = match cli.command {
         Some(Command::Simulate(args)) => simulate(&args, &mut out),
+        Some(Command::Serve(args)) => serve::run(&args).map_err(Failure::other),
         None => simulate(&cli.simulate, &mut out),
     };
     match result {

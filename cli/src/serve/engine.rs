@@ -22,7 +22,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use slidegate::clock::{Clock, ManualClock, Nanos, QuantaClock};
-use slidegate::http::fields::PolicyName;
+use slidegate::http::fields::{Fields, PolicyName, retry_after};
 use slidegate::redis::{Connection, Policy as RedisPolicy, RedisLimiter};
 use slidegate::{Decision, KeyedLimiter, Limit, Quota};
 
@@ -176,6 +176,29 @@ pub(crate) struct Outcome {
     pub(crate) statuses: Vec<Status>,
     /// When denied: the longest wait among the rules that deny; `None` if one never admits.
     pub(crate) retry_after: Option<Duration>,
+}
+
+impl Outcome {
+    /// The `RateLimit-Policy`, `RateLimit` and `Retry-After` values the middleware would
+    /// write: every rule checked in the policy field; in `RateLimit`, every rule when
+    /// admitted and only the rules that deny when denied; `Retry-After` when denied and a
+    /// wait would help.
+    pub(crate) fn fields(&self, set: &RuleSet) -> [Option<axum::http::HeaderValue>; 3] {
+        let mut fields = Fields::new();
+        for s in &self.statuses {
+            if let Some(w) = &s.which {
+                let r = w.get(set);
+                fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
+                if self.allowed || s.over {
+                    let reset = if s.over { s.retry_after.unwrap_or(s.reset_after) } else { s.reset_after };
+                    fields.limit(&r.field, s.remaining, reset);
+                }
+            }
+        }
+        let (policy, limit) = fields.into_values();
+        let retry = self.retry_after.filter(|_| !self.allowed).map(retry_after);
+        [policy, limit, retry]
+    }
 }
 
 /// Redis failed in a way no policy covers (an error reply, a bad script answer).

@@ -1,0 +1,485 @@
+//! The HTTP/JSON API (axum): `POST /v1/check`, `POST /v1/check/batch`, `GET /v1/rules`,
+//! `GET /metrics`, `GET /healthz`, `GET /readyz`. docs/serve.md describes every field.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::header::{CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::{Deserialize, Serialize};
+use slidegate::http::{RATELIMIT, RATELIMIT_POLICY};
+
+use super::engine::{self, Descriptor, Engine, Invalid, Outcome, RuleSet, StoreError};
+use super::metrics::{Answer, ApiMetrics, KEYS};
+use super::reload::Reloader;
+use super::rules;
+
+/// The most requests one batch may hold.
+pub(crate) const MAX_BATCH: usize = 1000;
+
+pub(crate) struct Api {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) reloader: Arc<Reloader>,
+    pub(crate) metrics: ApiMetrics,
+    pub(crate) prometheus: Option<PrometheusHandle>,
+    /// Set on SIGTERM/SIGINT: `/readyz` fails and responses close their connection.
+    pub(crate) draining: Arc<AtomicBool>,
+}
+
+pub(crate) fn router(api: Arc<Api>, max_body: usize, noop: bool) -> Router {
+    let mut router = Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/check/batch", post(batch))
+        .route("/v1/rules", get(rules_in_force))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready));
+    if noop {
+        router = router.route("/v1/noop", post(noop_check));
+    }
+    let draining = Arc::clone(&api.draining);
+    router
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "", "no such endpoint") })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::map_response(move |mut res: Response| {
+            // While draining, every response closes its connection, so keep-alive clients
+            // reconnect (to another server) rather than reuse a connection about to close.
+            if draining.load(Ordering::Relaxed) {
+                res.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            std::future::ready(res)
+        }))
+        .with_state(api)
+}
+
+/// A JSON error: `{"error": message, "field": field}`.
+fn error(status: StatusCode, field: &str, message: &str) -> Response {
+    #[derive(Serialize)]
+    struct Error<'a> {
+        error: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        field: &'a str,
+    }
+    json(status, &Error { error: message, field })
+}
+
+fn json(status: StatusCode, value: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut res = Response::new(Body::from(body));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+/// One check, as JSON.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    rules: Option<Vec<Cow<'a, str>>>,
+    #[serde(borrow)]
+    domain: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    descriptors: Option<Vec<DescriptorBody<'a>>>,
+    cost: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescriptorBody<'a> {
+    #[serde(borrow)]
+    entries: Vec<EntryBody<'a>>,
+    #[serde(borrow)]
+    limit: Option<LimitBody<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryBody<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    value: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitBody<'a> {
+    requests_per_unit: u64,
+    #[serde(borrow)]
+    unit: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody<'a> {
+    #[serde(borrow)]
+    requests: Vec<CheckBody<'a>>,
+}
+
+impl<'a> CheckBody<'a> {
+    /// The engine's request; field names in errors are this body's.
+    fn request(&'a self) -> Result<(engine::Request<'a>, u64), Invalid> {
+        let cost = self.cost.unwrap_or(1);
+        let request = match (&self.key, &self.descriptors) {
+            (Some(_), Some(_)) => {
+                return Err(Invalid::new("key", "give either key or domain and descriptors, not both"));
+            }
+            (None, None) => {
+                return Err(Invalid::new("key", "missing: give key, or domain and descriptors"));
+            }
+            (Some(key), None) => {
+                if self.domain.is_some() {
+                    return Err(Invalid::new("domain", "goes with descriptors, not with key"));
+                }
+                engine::Request::Key {
+                    key,
+                    rules: self.rules.as_ref().map(|r| r.iter().map(|n| &**n).collect()),
+                }
+            }
+            (None, Some(descriptors)) => {
+                if self.rules.is_some() {
+                    return Err(Invalid::new("rules", "goes with key; descriptors find their rules"));
+                }
+                let Some(domain) = &self.domain else {
+                    return Err(Invalid::new("domain", "missing: descriptors need a domain"));
+                };
+                let mut list = Vec::with_capacity(descriptors.len());
+                for (i, d) in descriptors.iter().enumerate() {
+                    let limit = match &d.limit {
+                        None => None,
+                        Some(l) => Some((
+                            l.requests_per_unit,
+                            rules::unit_window(&l.unit).ok_or_else(|| {
+                                Invalid::new(
+                                    format!("descriptors[{i}].limit.unit"),
+                                    format!("unknown unit {:?}: use second, minute, hour, day, month or year", l.unit),
+                                )
+                            })?,
+                        )),
+                    };
+                    list.push(Descriptor {
+                        entries: d.entries.iter().map(|e| (&*e.key, &*e.value)).collect(),
+                        limit,
+                    });
+                }
+                engine::Request::Descriptors { domain, descriptors: list }
+            }
+        };
+        Ok((request, cost))
+    }
+}
+
+/// The JSON of a decision.
+#[derive(Serialize)]
+struct Reply<'a> {
+    allowed: bool,
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    statuses: Vec<StatusReply<'a>>,
+}
+
+#[derive(Serialize)]
+struct StatusReply<'a> {
+    code: &'static str,
+    rule: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remaining: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reset_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    shadow: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    would_deny: bool,
+}
+
+/// Milliseconds, rounded up: a client told to wait this long is never early.
+fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+fn reply<'a>(set: &'a RuleSet, o: &'a Outcome) -> Reply<'a> {
+    Reply {
+        allowed: o.allowed,
+        code: if o.allowed { "OK" } else { "OVER_LIMIT" },
+        retry_after_ms: o.retry_after.filter(|_| !o.allowed).map(ceil_ms),
+        statuses: o
+            .statuses
+            .iter()
+            .map(|s| match &s.which {
+                None => StatusReply {
+                    code: "OK",
+                    rule: None,
+                    limit: None,
+                    window_ms: None,
+                    remaining: None,
+                    reset_after_ms: None,
+                    retry_after_ms: None,
+                    shadow: false,
+                    would_deny: false,
+                },
+                Some(w) => {
+                    let r = w.get(set);
+                    StatusReply {
+                        code: if s.over { "OVER_LIMIT" } else { "OK" },
+                        rule: Some(&r.spec.display),
+                        limit: Some(r.spec.quota.limit()),
+                        window_ms: Some(ceil_ms(r.spec.quota.window())),
+                        remaining: Some(s.remaining),
+                        reset_after_ms: Some(ceil_ms(s.reset_after)),
+                        retry_after_ms: s.retry_after.filter(|_| s.over).map(ceil_ms),
+                        shadow: r.spec.shadow,
+                        would_deny: s.shadow_over,
+                    }
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The body, refused with 413 beyond the limit, as JSON.
+async fn body(req: Request) -> Result<Bytes, Response> {
+    Bytes::from_request(req, &()).await.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "the body is larger than the server accepts (--max-body)".to_owned()
+        } else {
+            rejection.body_text()
+        };
+        error(status, "", &message)
+    })
+}
+
+/// A JSON body, or a 400 naming the field at fault.
+fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Response> {
+    // The plain parse first; the path-tracking one only to explain a failure.
+    serde_json::from_slice(bytes).map_err(|_| {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        match serde_path_to_error::deserialize::<_, T>(&mut de) {
+            Ok(_) => error(StatusCode::BAD_REQUEST, "", "not valid JSON"),
+            Err(e) => {
+                let path = e.path().to_string();
+                let field = if path == "." { String::new() } else { path };
+                error(StatusCode::BAD_REQUEST, &field, &e.inner().to_string())
+            }
+        }
+    })
+}
+
+async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
+    let bytes = match body(req).await {
+        Ok(b) => b,
+        Err(res) => return res,
+    };
+    let started = Instant::now();
+    let body: CheckBody<'_> = match parse(&bytes) {
+        Ok(b) => b,
+        Err(res) => {
+            api.metrics.record(Answer::Invalid, started.elapsed());
+            return res;
+        }
+    };
+    let (request, cost) = match body.request() {
+        Ok(r) => r,
+        Err(e) => {
+            api.metrics.record(Answer::Invalid, started.elapsed());
+            return error(StatusCode::BAD_REQUEST, &e.field, &e.message);
+        }
+    };
+    let res = if api.engine.is_redis() {
+        let (set, outcome) = api.engine.decide_remote(&request, cost).await;
+        respond(&set, outcome.map_err(Failure::Invalid).and_then(|o| o.map_err(Failure::Store)))
+    } else {
+        api.engine.decide_local(&request, cost, |set, outcome| {
+            respond(set, outcome.map_err(Failure::Invalid))
+        })
+    };
+    api.metrics.record(res.1, started.elapsed());
+    res.0
+}
+
+enum Failure {
+    Invalid(Invalid),
+    Store(StoreError),
+}
+
+fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answer) {
+    match outcome {
+        Ok(o) => {
+            let status = if o.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+            let mut res = json(status, &reply(set, &o));
+            let [policy, limit, retry] = o.fields(set);
+            let h = res.headers_mut();
+            for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, limit), (RETRY_AFTER, retry)] {
+                if let Some(v) = value {
+                    h.insert(name, v);
+                }
+            }
+            (res, if o.allowed { Answer::Ok } else { Answer::OverLimit })
+        }
+        Err(Failure::Invalid(e)) => (error(StatusCode::BAD_REQUEST, &e.field, &e.message), Answer::Invalid),
+        Err(Failure::Store(e)) => (
+            error(StatusCode::SERVICE_UNAVAILABLE, "", &format!("the limit store failed: {}", e.0)),
+            Answer::Error,
+        ),
+    }
+}
+
+async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
+    let bytes = match body(req).await {
+        Ok(b) => b,
+        Err(res) => return res,
+    };
+    let started = Instant::now();
+    let body: BatchBody<'_> = match parse(&bytes) {
+        Ok(b) => b,
+        Err(res) => {
+            api.metrics.record(Answer::Invalid, started.elapsed());
+            return res;
+        }
+    };
+    if body.requests.len() > MAX_BATCH {
+        api.metrics.record(Answer::Invalid, started.elapsed());
+        return error(StatusCode::BAD_REQUEST, "requests", &format!("more than {MAX_BATCH} requests in one batch"));
+    }
+    // Every request is checked before any is decided: a batch with a bad request decides
+    // nothing.
+    let mut requests = Vec::with_capacity(body.requests.len());
+    for (i, r) in body.requests.iter().enumerate() {
+        match r.request() {
+            Ok(r) => requests.push(r),
+            Err(e) => {
+                api.metrics.record(Answer::Invalid, started.elapsed());
+                return error(StatusCode::BAD_REQUEST, &format!("requests[{i}].{}", e.field), &e.message);
+            }
+        }
+    }
+    #[derive(Serialize)]
+    struct Results {
+        results: Vec<serde_json::Value>,
+    }
+    let mut results = Vec::with_capacity(requests.len());
+    for (i, (request, cost)) in requests.iter().enumerate() {
+        let value = if api.engine.is_redis() {
+            let (set, outcome) = api.engine.decide_remote(request, *cost).await;
+            match outcome {
+                Ok(Ok(o)) => Ok(serde_json::to_value(reply(&set, &o)).unwrap_or_default()),
+                Ok(Err(e)) => Err(Failure::Store(e)),
+                Err(e) => Err(Failure::Invalid(e)),
+            }
+        } else {
+            api.engine.decide_local(request, *cost, |set, outcome| {
+                outcome
+                    .map(|o| serde_json::to_value(reply(set, &o)).unwrap_or_default())
+                    .map_err(Failure::Invalid)
+            })
+        };
+        match value {
+            Ok(v) => results.push(v),
+            Err(Failure::Invalid(e)) => {
+                return error(StatusCode::BAD_REQUEST, &format!("requests[{i}].{}", e.field), &e.message);
+            }
+            Err(Failure::Store(e)) => {
+                return error(StatusCode::SERVICE_UNAVAILABLE, "", &format!("the limit store failed: {}", e.0));
+            }
+        }
+    }
+    api.metrics.record(Answer::Ok, started.elapsed());
+    json(StatusCode::OK, &Results { results })
+}
+
+/// The no-op endpoint of the benchmarks: the same body read and parsed, a fixed answer.
+async fn noop_check(req: Request) -> Response {
+    let bytes = match body(req).await {
+        Ok(b) => b,
+        Err(res) => return res,
+    };
+    match parse::<CheckBody<'_>>(&bytes) {
+        Ok(_) => json(StatusCode::OK, &serde_json::json!({"allowed": true, "code": "OK", "statuses": []})),
+        Err(res) => res,
+    }
+}
+
+async fn rules_in_force(State(api): State<Arc<Api>>) -> Response {
+    #[derive(Serialize)]
+    struct RuleReply<'a> {
+        name: &'a str,
+        id: &'a str,
+        limit: u64,
+        window_ms: u64,
+        granularity_ms: f64,
+        mode: String,
+        shadow: bool,
+    }
+    #[derive(Serialize)]
+    struct Rules<'a> {
+        generation: u64,
+        path: String,
+        last_error: Option<String>,
+        rules: Vec<RuleReply<'a>>,
+    }
+    let set = api.engine.rules();
+    let rules = set
+        .rules
+        .iter()
+        .map(|r| RuleReply {
+            name: &r.spec.display,
+            id: &r.spec.name,
+            limit: r.spec.quota.limit(),
+            window_ms: ceil_ms(r.spec.quota.window()),
+            granularity_ms: r.spec.quota.granularity().as_secs_f64() * 1e3,
+            mode: format!("{:?}", r.spec.quota.mode()),
+            shadow: r.spec.shadow,
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        &Rules {
+            generation: api.engine.generation(),
+            path: api.reloader.path().display().to_string(),
+            last_error: api.reloader.last_error(),
+            rules,
+        },
+    )
+}
+
+async fn metrics(State(api): State<Arc<Api>>) -> Response {
+    let Some(handle) = &api.prometheus else {
+        return error(StatusCode::NOT_FOUND, "", "metrics are off");
+    };
+    for (rule, n) in api.engine.key_counts() {
+        metrics::gauge!(KEYS, "rule" => rule).set(n as f64);
+    }
+    let mut res = Response::new(Body::from(handle.render()));
+    res.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    res
+}
+
+async fn ready(State(api): State<Arc<Api>>) -> impl IntoResponse {
+    if api.draining.load(Ordering::Relaxed) {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
