@@ -32,7 +32,9 @@ pub struct PolicyName(String);
 impl PolicyName {
     /// `name`, quoted and escaped; an error if it holds other than printable ASCII.
     pub fn new(name: &str) -> Result<PolicyName, PolicyNameError> {
-        headers::sf_string(name).map(PolicyName).map_err(PolicyNameError)
+        headers::sf_string(name)
+            .map(PolicyName)
+            .map_err(PolicyNameError)
     }
 }
 

@@ -121,9 +121,15 @@ impl Which {
 /// A check, as both APIs ask it.
 pub(crate) enum Request<'a> {
     /// A key, against the named rules (or the file's key rules).
-    Key { key: &'a str, rules: Option<Vec<&'a str>> },
+    Key {
+        key: &'a str,
+        rules: Option<Vec<&'a str>>,
+    },
     /// Envoy's descriptors in a domain.
-    Descriptors { domain: &'a str, descriptors: Vec<Descriptor<'a>> },
+    Descriptors {
+        domain: &'a str,
+        descriptors: Vec<Descriptor<'a>>,
+    },
 }
 
 /// One descriptor: its entries and, perhaps, a limit of its own.
@@ -190,7 +196,11 @@ impl Outcome {
                 let r = w.get(set);
                 fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
                 if self.allowed || s.over {
-                    let reset = if s.over { s.retry_after.unwrap_or(s.reset_after) } else { s.reset_after };
+                    let reset = if s.over {
+                        s.retry_after.unwrap_or(s.reset_after)
+                    } else {
+                        s.reset_after
+                    };
                     fields.limit(&r.field, s.remaining, reset);
                 }
             }
@@ -240,6 +250,14 @@ impl Engine {
 
     pub(crate) fn is_redis(&self) -> bool {
         matches!(self.backend, Backend::Redis { .. })
+    }
+
+    /// Whether `request` can be decided (a batch checks every request before deciding any).
+    pub(crate) fn validate(&self, request: &Request<'_>, cost: u64) -> Result<(), Invalid> {
+        self.rules
+            .load()
+            .resolve(request, cost, &self.backend)
+            .map(|_| ())
     }
 
     /// Decides in memory, synchronously: `render` gets the rules the decision used.
@@ -321,7 +339,10 @@ impl RuleSet {
         match request {
             Request::Key { key, rules } => {
                 if key.len() + 1 > MAX_KEY_BYTES {
-                    return Err(Invalid::new("key", format!("longer than {} bytes", MAX_KEY_BYTES - 1)));
+                    return Err(Invalid::new(
+                        "key",
+                        format!("longer than {} bytes", MAX_KEY_BYTES - 1),
+                    ));
                 }
                 let indices: Vec<usize> = match rules {
                     Some(names) => {
@@ -331,7 +352,12 @@ impl RuleSet {
                                 .rules
                                 .iter()
                                 .position(|r| r.spec.name == *name)
-                                .ok_or_else(|| Invalid::new(format!("rules[{i}]"), format!("no rule named {name:?}")))?;
+                                .ok_or_else(|| {
+                                    Invalid::new(
+                                        format!("rules[{i}]"),
+                                        format!("no rule named {name:?}"),
+                                    )
+                                })?;
                             v.push(r);
                         }
                         v
@@ -345,9 +371,15 @@ impl RuleSet {
                 let mut k = String::with_capacity(key.len() + 1);
                 k.push('k');
                 k.push_str(key);
-                Ok(indices.into_iter().map(|i| (Some(Which::Rule(i)), k.clone())).collect())
+                Ok(indices
+                    .into_iter()
+                    .map(|i| (Some(Which::Rule(i)), k.clone()))
+                    .collect())
             }
-            Request::Descriptors { domain, descriptors } => {
+            Request::Descriptors {
+                domain,
+                descriptors,
+            } => {
                 if domain.is_empty() {
                     return Err(Invalid::new("domain", "must not be empty"));
                 }
@@ -355,7 +387,10 @@ impl RuleSet {
                     return Err(Invalid::new("descriptors", "must not be empty"));
                 }
                 if descriptors.len() > MAX_DESCRIPTORS {
-                    return Err(Invalid::new("descriptors", format!("more than {MAX_DESCRIPTORS}")));
+                    return Err(Invalid::new(
+                        "descriptors",
+                        format!("more than {MAX_DESCRIPTORS}"),
+                    ));
                 }
                 let level = self.domains.get(*domain);
                 let mut items = Vec::with_capacity(descriptors.len());
@@ -365,22 +400,36 @@ impl RuleSet {
                         return Err(Invalid::new(at("entries"), "must not be empty"));
                     }
                     if d.entries.len() > MAX_ENTRIES {
-                        return Err(Invalid::new(at("entries"), format!("more than {MAX_ENTRIES}")));
+                        return Err(Invalid::new(
+                            at("entries"),
+                            format!("more than {MAX_ENTRIES}"),
+                        ));
                     }
                     if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
-                        return Err(Invalid::new(at(&format!("entries[{j}].key")), "must not be empty"));
+                        return Err(Invalid::new(
+                            at(&format!("entries[{j}].key")),
+                            "must not be empty",
+                        ));
                     }
                     let key = descriptor_key(domain, &d.entries);
                     if key.len() > MAX_KEY_BYTES {
-                        return Err(Invalid::new(at("entries"), format!("longer than {MAX_KEY_BYTES} bytes in all")));
+                        return Err(Invalid::new(
+                            at("entries"),
+                            format!("longer than {MAX_KEY_BYTES} bytes in all"),
+                        ));
                     }
                     let which = match (level, d.limit) {
                         (None, _) => None,
-                        (Some(_), Some((limit, window))) => Some(self.override_rule(limit, window, backend).map_err(|m| Invalid::new(at("limit"), m))?),
-                        (Some(level), None) => match rules::resolve(level, d.entries.iter().copied()) {
-                            rules::Target::Rule(r) => Some(Which::Rule(r)),
-                            rules::Target::None | rules::Target::Unlimited => None,
-                        },
+                        (Some(_), Some((limit, window))) => Some(
+                            self.override_rule(limit, window, backend)
+                                .map_err(|m| Invalid::new(at("limit"), m))?,
+                        ),
+                        (Some(level), None) => {
+                            match rules::resolve(level, d.entries.iter().copied()) {
+                                rules::Target::Rule(r) => Some(Which::Rule(r)),
+                                rules::Target::None | rules::Target::Unlimited => None,
+                            }
+                        }
                     };
                     items.push((which, key));
                 }
@@ -392,7 +441,9 @@ impl RuleSet {
                     .collect();
                 if !replaced.is_empty() {
                     for (w, _) in &mut items {
-                        if w.as_ref().is_some_and(|w| replaced.contains(&w.get(self).spec.display)) {
+                        if w.as_ref()
+                            .is_some_and(|w| replaced.contains(&w.get(self).spec.display))
+                        {
                             *w = None;
                         }
                     }
@@ -403,14 +454,21 @@ impl RuleSet {
     }
 
     /// The rule for a descriptor's own limit, made on first use.
-    fn override_rule(&self, limit: u64, window: Duration, backend: &Backend) -> Result<Which, String> {
+    fn override_rule(
+        &self,
+        limit: u64,
+        window: Duration,
+        backend: &Backend,
+    ) -> Result<Which, String> {
         let id = (limit, window.as_secs());
         let mut map = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = map.get(&id) {
             return Ok(Which::Override(Arc::clone(r)));
         }
         if map.len() >= MAX_OVERRIDES {
-            return Err(format!("more than {MAX_OVERRIDES} distinct limit overrides"));
+            return Err(format!(
+                "more than {MAX_OVERRIDES} distinct limit overrides"
+            ));
         }
         let quota = Quota::new(limit, window).map_err(|e| e.to_string())?;
         let unit = rules::UNITS
@@ -441,7 +499,15 @@ impl Rule {
                     .max_keys(*max_keys)
                     .build(),
             )),
-            (None, Backend::Redis { conn, prefix, deadline, unavailable }) => {
+            (
+                None,
+                Backend::Redis {
+                    conn,
+                    prefix,
+                    deadline,
+                    unavailable,
+                },
+            ) => {
                 let policy = match unavailable {
                     Unavailable::Allow => RedisPolicy::Allow,
                     Unavailable::Deny => RedisPolicy::Deny,
@@ -509,7 +575,13 @@ fn redis_prefix(root: &str, spec: &RuleSpec) -> String {
 /// A descriptor's counter key: the domain and entries, each length-prefixed so no two
 /// descriptors share a key.
 fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
-    let len = 1 + domain.len() + entries.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>() + 4;
+    let len = 1
+        + domain.len()
+        + entries
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum::<usize>()
+        + 4;
     let mut key = String::with_capacity(len);
     key.push('d');
     let mut push = |s: &str| {
@@ -569,7 +641,13 @@ async fn decide(
     } else if !enforcing.is_empty() {
         let list: Vec<(&Limiter, &String, u64)> = enforcing
             .iter()
-            .map(|&i| (&rule_of(set, &statuses[i].which).limiter, &statuses[i].key, cost))
+            .map(|&i| {
+                (
+                    &rule_of(set, &statuses[i].which).limiter,
+                    &statuses[i].key,
+                    cost,
+                )
+            })
             .collect();
         let (ok, denied_by, wait) = check_all(&list).await?;
         allowed = ok;
@@ -613,7 +691,11 @@ async fn decide(
             };
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
-            s.shadow_over = if allowed { !d.is_allowed() } else { d.remaining() < cost };
+            s.shadow_over = if allowed {
+                !d.is_allowed()
+            } else {
+                d.remaining() < cost
+            };
         } else if never {
             let d = peek(&r.limiter, &s.key).await?;
             s.remaining = d.remaining();
@@ -632,7 +714,10 @@ async fn decide(
 }
 
 fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
-    which.as_ref().expect("an enforcing status has a rule").get(set)
+    which
+        .as_ref()
+        .expect("an enforcing status has a rule")
+        .get(set)
 }
 
 impl Status {
@@ -650,11 +735,12 @@ impl Status {
 #[allow(clippy::ptr_arg)]
 async fn check(limiter: &Limiter, key: &String, cost: u64) -> Result<Decision, StoreError> {
     match limiter {
-        Limiter::Memory(l) => l
-            .check_n(key, cost)
-            .map_err(|e| StoreError(e.to_string())),
+        Limiter::Memory(l) => l.check_n(key, cost).map_err(|e| StoreError(e.to_string())),
         Limiter::Redis(l) => {
-            let d = l.check_n(key, cost).await.map_err(|e| StoreError(e.to_string()))?;
+            let d = l
+                .check_n(key, cost)
+                .await
+                .map_err(|e| StoreError(e.to_string()))?;
             metrics::redis_path(d.degraded());
             Ok(d.decision())
         }
@@ -766,7 +852,10 @@ rule = "trial"
             clock: ServeClock::Manual(clock.clone()),
             max_keys: 1000,
         };
-        (Engine::new(toml::parse(text).unwrap(), backend).unwrap(), clock)
+        (
+            Engine::new(toml::parse(text).unwrap(), backend).unwrap(),
+            clock,
+        )
     }
 
     fn descriptors<'a>(list: &[&[(&'a str, &'a str)]]) -> Request<'a> {
@@ -774,7 +863,10 @@ rule = "trial"
             domain: "api",
             descriptors: list
                 .iter()
-                .map(|e| Descriptor { entries: e.to_vec(), limit: None })
+                .map(|e| Descriptor {
+                    entries: e.to_vec(),
+                    limit: None,
+                })
                 .collect(),
         }
     }
@@ -789,7 +881,10 @@ rule = "trial"
                     .statuses
                     .iter()
                     .map(|s| {
-                        let name = s.which.as_ref().map_or("-".into(), |w| w.get(set).spec.display.clone());
+                        let name = s
+                            .which
+                            .as_ref()
+                            .map_or("-".into(), |w| w.get(set).spec.display.clone());
                         (name, s.over, s.shadow_over, s.remaining)
                     })
                     .collect();
@@ -807,11 +902,20 @@ rule = "trial"
         let (e, clock) = engine(RULES);
         let r = descriptors(&[&[("user", "alice")]]);
         for left in [2, 1, 0] {
-            assert_eq!(check(&e, &r, 1).unwrap(), (true, vec![st("user", false, false, left)]));
+            assert_eq!(
+                check(&e, &r, 1).unwrap(),
+                (true, vec![st("user", false, false, left)])
+            );
         }
-        assert_eq!(check(&e, &r, 1).unwrap(), (false, vec![st("user", true, false, 0)]));
+        assert_eq!(
+            check(&e, &r, 1).unwrap(),
+            (false, vec![st("user", true, false, 0)])
+        );
         let wait = e.decide_local(&r, 1, |_, o| o.unwrap().retry_after.unwrap());
-        assert!(wait > Duration::from_secs(9) && wait <= Duration::from_secs(11), "{wait:?}");
+        assert!(
+            wait > Duration::from_secs(9) && wait <= Duration::from_secs(11),
+            "{wait:?}"
+        );
         // Another value of the same key is another counter.
         assert!(check(&e, &descriptors(&[&[("user", "bob")]]), 1).unwrap().0);
         clock.advance(wait);
@@ -825,23 +929,53 @@ rule = "trial"
         let both = descriptors(&[&[("tenant", "t1")], &[("user", "alice")]]);
         assert_eq!(
             check(&e, &both, 3).unwrap(),
-            (true, vec![st("tenant", false, false, 2), st("user", false, false, 0)])
+            (
+                true,
+                vec![st("tenant", false, false, 2), st("user", false, false, 0)]
+            )
         );
         assert_eq!(
             check(&e, &both, 1).unwrap(),
-            (false, vec![st("tenant", false, false, 2), st("user", true, false, 0)])
+            (
+                false,
+                vec![st("tenant", false, false, 2), st("user", true, false, 0)]
+            )
         );
-        assert_eq!(check(&e, &descriptors(&[&[("tenant", "t1")]]), 2).unwrap().1[0].3, 0);
+        assert_eq!(
+            check(&e, &descriptors(&[&[("tenant", "t1")]]), 2)
+                .unwrap()
+                .1[0]
+                .3,
+            0
+        );
     }
 
     #[test]
     fn shadow_rules_decide_but_never_deny() {
         let (e, _clock) = engine(RULES);
         let r = descriptors(&[&[("plan", "trial")], &[("user", "u")]]);
-        assert_eq!(check(&e, &r, 1).unwrap(), (true, vec![st("trial", false, false, 0), st("user", false, false, 2)]));
-        assert_eq!(check(&e, &r, 1).unwrap(), (true, vec![st("trial", false, true, 0), st("user", false, false, 1)]));
+        assert_eq!(
+            check(&e, &r, 1).unwrap(),
+            (
+                true,
+                vec![st("trial", false, false, 0), st("user", false, false, 2)]
+            )
+        );
+        assert_eq!(
+            check(&e, &r, 1).unwrap(),
+            (
+                true,
+                vec![st("trial", false, true, 0), st("user", false, false, 1)]
+            )
+        );
         // A cost above the shadow rule's limit: would never pass, and still passes.
-        assert_eq!(check(&e, &r, 2).unwrap(), (false, vec![st("trial", false, true, 0), st("user", true, false, 1)]));
+        assert_eq!(
+            check(&e, &r, 2).unwrap(),
+            (
+                false,
+                vec![st("trial", false, true, 0), st("user", true, false, 1)]
+            )
+        );
     }
 
     #[test]
@@ -849,10 +983,19 @@ rule = "trial"
         let (e, _clock) = engine(RULES);
         let unknown = Request::Descriptors {
             domain: "nowhere",
-            descriptors: vec![Descriptor { entries: vec![("user", "a")], limit: None }],
+            descriptors: vec![Descriptor {
+                entries: vec![("user", "a")],
+                limit: None,
+            }],
         };
-        assert_eq!(check(&e, &unknown, 1000).unwrap(), (true, vec![st("-", false, false, 0)]));
-        assert_eq!(check(&e, &descriptors(&[&[("colour", "red")]]), 1).unwrap(), (true, vec![st("-", false, false, 0)]));
+        assert_eq!(
+            check(&e, &unknown, 1000).unwrap(),
+            (true, vec![st("-", false, false, 0)])
+        );
+        assert_eq!(
+            check(&e, &descriptors(&[&[("colour", "red")]]), 1).unwrap(),
+            (true, vec![st("-", false, false, 0)])
+        );
         // Above the limit: never admitted, no retry time, nothing charged elsewhere.
         let r = descriptors(&[&[("user", "big")], &[("tenant", "t")]]);
         e.decide_local(&r, 4, |_, o| {
@@ -868,14 +1011,26 @@ rule = "trial"
     fn keys_use_the_default_an_override_or_the_named_rules() {
         let (e, _clock) = engine(RULES);
         let key = |k, rules| Request::Key { key: k, rules };
-        assert_eq!(check(&e, &key("a", None), 1).unwrap(), (true, vec![st("user", false, false, 2)]));
-        assert_eq!(check(&e, &key("vip", None), 1).unwrap(), (true, vec![st("tenant", false, false, 4)]));
+        assert_eq!(
+            check(&e, &key("a", None), 1).unwrap(),
+            (true, vec![st("user", false, false, 2)])
+        );
+        assert_eq!(
+            check(&e, &key("vip", None), 1).unwrap(),
+            (true, vec![st("tenant", false, false, 4)])
+        );
         assert_eq!(
             check(&e, &key("a", Some(vec!["tenant", "user"])), 1).unwrap(),
-            (true, vec![st("tenant", false, false, 4), st("user", false, false, 1)])
+            (
+                true,
+                vec![st("tenant", false, false, 4), st("user", false, false, 1)]
+            )
         );
         // Key "a" and descriptor user=a are different counters.
-        assert_eq!(check(&e, &descriptors(&[&[("user", "a")]]), 1).unwrap().1[0].3, 2);
+        assert_eq!(
+            check(&e, &descriptors(&[&[("user", "a")]]), 1).unwrap().1[0].3,
+            2
+        );
         assert_eq!(
             check(&e, &key("a", Some(vec!["user", "nope"])), 1).unwrap_err(),
             Invalid::new("rules[1]", "no rule named \"nope\"")
@@ -893,14 +1048,20 @@ rule = "trial"
         assert_eq!(e.reload(toml::parse(&changed).unwrap()), Ok(2));
         assert_eq!(
             check(&e, &r, 1).unwrap(),
-            (true, vec![st("tenant", false, false, 49), st("user", false, false, 0)])
+            (
+                true,
+                vec![st("tenant", false, false, 49), st("user", false, false, 0)]
+            )
         );
     }
 
     #[test]
     fn replaces_and_limit_overrides() {
         let yaml = "domain: api\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: 1, name: a }\n  - key: b\n    rate_limit: { unit: second, requests_per_unit: 5, replaces: [{name: a}] }\n";
-        let backend = Backend::Memory { clock: ServeClock::Manual(ManualClock::new()), max_keys: 10 };
+        let backend = Backend::Memory {
+            clock: ServeClock::Manual(ManualClock::new()),
+            max_keys: 10,
+        };
         let e = Engine::new(rules::envoy::parse(yaml).unwrap(), backend).unwrap();
         let r = descriptors(&[&[("a", "1")], &[("b", "1")]]);
         for _ in 0..3 {
@@ -908,9 +1069,15 @@ rule = "trial"
         }
         let over = Request::Descriptors {
             domain: "api",
-            descriptors: vec![Descriptor { entries: vec![("zzz", "1")], limit: Some((2, Duration::from_secs(60))) }],
+            descriptors: vec![Descriptor {
+                entries: vec![("zzz", "1")],
+                limit: Some((2, Duration::from_secs(60))),
+            }],
         };
-        assert_eq!(check(&e, &over, 1).unwrap(), (true, vec![st("override-2-per-minute", false, false, 1)]));
+        assert_eq!(
+            check(&e, &over, 1).unwrap(),
+            (true, vec![st("override-2-per-minute", false, false, 1)])
+        );
         assert_eq!(check(&e, &over, 2).unwrap().0, false);
     }
 }

@@ -9,11 +9,13 @@ use tonic::{Request, Response, Status};
 use super::engine::{self, Descriptor, Engine, Invalid, Outcome, RuleSet};
 use super::metrics::{Answer, ApiMetrics};
 use super::proto::envoy::config::core::v3::HeaderValue;
-use super::proto::envoy::r#type::v3::RateLimitUnit;
 use super::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use super::proto::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use super::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
 use super::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use super::proto::envoy::r#type::v3::RateLimitUnit;
 use super::proto::slidegate::serve::v1::noop_server::Noop;
 use super::rules;
 
@@ -33,18 +35,31 @@ fn request(r: &RateLimitRequest) -> Result<(engine::Request<'_>, u64), Invalid> 
                     .ok()
                     .and_then(|u| rules::unit_window(u.as_str_name()))
                     .ok_or_else(|| {
-                        Invalid::new(format!("descriptors[{i}].limit.unit"), format!("{} is not a known unit", l.unit))
+                        Invalid::new(
+                            format!("descriptors[{i}].limit.unit"),
+                            format!("{} is not a known unit", l.unit),
+                        )
                     })?;
                 Some((u64::from(l.requests_per_unit), window))
             }
         };
         descriptors.push(Descriptor {
-            entries: d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())).collect(),
+            entries: d
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect(),
             limit,
         });
     }
     let cost = u64::from(r.hits_addend.max(1));
-    Ok((engine::Request::Descriptors { domain: &r.domain, descriptors }, cost))
+    Ok((
+        engine::Request::Descriptors {
+            domain: &r.domain,
+            descriptors,
+        },
+        cost,
+    ))
 }
 
 fn invalid(e: Invalid) -> Status {
@@ -132,14 +147,21 @@ impl RateLimitService for Service {
                     let (set, outcome) = self.engine.decide_remote(&request, cost).await;
                     match outcome {
                         Ok(Ok(o)) => (Ok(response(&set, &o)), answer(&o)),
-                        Ok(Err(e)) => (Err(Status::unavailable(format!("the limit store failed: {}", e.0))), Answer::Error),
+                        Ok(Err(e)) => (
+                            Err(Status::unavailable(format!(
+                                "the limit store failed: {}",
+                                e.0
+                            ))),
+                            Answer::Error,
+                        ),
                         Err(e) => (Err(invalid(e)), Answer::Invalid),
                     }
                 } else {
-                    self.engine.decide_local(&request, cost, |set, outcome| match outcome {
-                        Ok(o) => (Ok(response(set, &o)), answer(&o)),
-                        Err(e) => (Err(invalid(e)), Answer::Invalid),
-                    })
+                    self.engine
+                        .decide_local(&request, cost, |set, outcome| match outcome {
+                            Ok(o) => (Ok(response(set, &o)), answer(&o)),
+                            Err(e) => (Err(invalid(e)), Answer::Invalid),
+                        })
                 }
             }
         };
@@ -149,7 +171,11 @@ impl RateLimitService for Service {
 }
 
 fn answer(o: &Outcome) -> Answer {
-    if o.allowed { Answer::Ok } else { Answer::OverLimit }
+    if o.allowed {
+        Answer::Ok
+    } else {
+        Answer::OverLimit
+    }
 }
 
 /// The benchmarks' no-op: the same request decoded, a fixed OK.

@@ -53,7 +53,8 @@ pub(crate) fn router(api: Arc<Api>, max_body: usize, noop: bool) -> Router {
             // While draining, every response closes its connection, so keep-alive clients
             // reconnect (to another server) rather than reuse a connection about to close.
             if draining.load(Ordering::Relaxed) {
-                res.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                res.headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
             }
             std::future::ready(res)
         }))
@@ -68,7 +69,13 @@ fn error(status: StatusCode, field: &str, message: &str) -> Response {
         #[serde(skip_serializing_if = "str::is_empty")]
         field: &'a str,
     }
-    json(status, &Error { error: message, field })
+    json(
+        status,
+        &Error {
+            error: message,
+            field,
+        },
+    )
 }
 
 fn json(status: StatusCode, value: &impl Serialize) -> Response {
@@ -134,23 +141,38 @@ impl<'a> CheckBody<'a> {
         let cost = self.cost.unwrap_or(1);
         let request = match (&self.key, &self.descriptors) {
             (Some(_), Some(_)) => {
-                return Err(Invalid::new("key", "give either key or domain and descriptors, not both"));
+                return Err(Invalid::new(
+                    "key",
+                    "give either key or domain and descriptors, not both",
+                ));
             }
             (None, None) => {
-                return Err(Invalid::new("key", "missing: give key, or domain and descriptors"));
+                return Err(Invalid::new(
+                    "key",
+                    "missing: give key, or domain and descriptors",
+                ));
             }
             (Some(key), None) => {
                 if self.domain.is_some() {
-                    return Err(Invalid::new("domain", "goes with descriptors, not with key"));
+                    return Err(Invalid::new(
+                        "domain",
+                        "goes with descriptors, not with key",
+                    ));
                 }
                 engine::Request::Key {
                     key,
-                    rules: self.rules.as_ref().map(|r| r.iter().map(|n| &**n).collect()),
+                    rules: self
+                        .rules
+                        .as_ref()
+                        .map(|r| r.iter().map(|n| &**n).collect()),
                 }
             }
             (None, Some(descriptors)) => {
                 if self.rules.is_some() {
-                    return Err(Invalid::new("rules", "goes with key; descriptors find their rules"));
+                    return Err(Invalid::new(
+                        "rules",
+                        "goes with key; descriptors find their rules",
+                    ));
                 }
                 let Some(domain) = &self.domain else {
                     return Err(Invalid::new("domain", "missing: descriptors need a domain"));
@@ -174,7 +196,10 @@ impl<'a> CheckBody<'a> {
                         limit,
                     });
                 }
-                engine::Request::Descriptors { domain, descriptors: list }
+                engine::Request::Descriptors {
+                    domain,
+                    descriptors: list,
+                }
             }
         };
         Ok((request, cost))
@@ -277,7 +302,12 @@ fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Response> {
             Ok(_) => error(StatusCode::BAD_REQUEST, "", "not valid JSON"),
             Err(e) => {
                 let path = e.path().to_string();
-                let field = if path == "." { String::new() } else { path };
+                // "." is the root, "?" a place serde could not name (the end of the input).
+                let field = if path == "." || path == "?" {
+                    String::new()
+                } else {
+                    path
+                };
                 error(StatusCode::BAD_REQUEST, &field, &e.inner().to_string())
             }
         }
@@ -306,7 +336,12 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
     };
     let res = if api.engine.is_redis() {
         let (set, outcome) = api.engine.decide_remote(&request, cost).await;
-        respond(&set, outcome.map_err(Failure::Invalid).and_then(|o| o.map_err(Failure::Store)))
+        respond(
+            &set,
+            outcome
+                .map_err(Failure::Invalid)
+                .and_then(|o| o.map_err(Failure::Store)),
+        )
     } else {
         api.engine.decide_local(&request, cost, |set, outcome| {
             respond(set, outcome.map_err(Failure::Invalid))
@@ -324,20 +359,42 @@ enum Failure {
 fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answer) {
     match outcome {
         Ok(o) => {
-            let status = if o.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+            let status = if o.allowed {
+                StatusCode::OK
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
             let mut res = json(status, &reply(set, &o));
             let [policy, limit, retry] = o.fields(set);
             let h = res.headers_mut();
-            for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, limit), (RETRY_AFTER, retry)] {
+            for (name, value) in [
+                (RATELIMIT_POLICY, policy),
+                (RATELIMIT, limit),
+                (RETRY_AFTER, retry),
+            ] {
                 if let Some(v) = value {
                     h.insert(name, v);
                 }
             }
-            (res, if o.allowed { Answer::Ok } else { Answer::OverLimit })
+            (
+                res,
+                if o.allowed {
+                    Answer::Ok
+                } else {
+                    Answer::OverLimit
+                },
+            )
         }
-        Err(Failure::Invalid(e)) => (error(StatusCode::BAD_REQUEST, &e.field, &e.message), Answer::Invalid),
+        Err(Failure::Invalid(e)) => (
+            error(StatusCode::BAD_REQUEST, &e.field, &e.message),
+            Answer::Invalid,
+        ),
         Err(Failure::Store(e)) => (
-            error(StatusCode::SERVICE_UNAVAILABLE, "", &format!("the limit store failed: {}", e.0)),
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "",
+                &format!("the limit store failed: {}", e.0),
+            ),
             Answer::Error,
         ),
     }
@@ -358,17 +415,28 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
     };
     if body.requests.len() > MAX_BATCH {
         api.metrics.record(Answer::Invalid, started.elapsed());
-        return error(StatusCode::BAD_REQUEST, "requests", &format!("more than {MAX_BATCH} requests in one batch"));
+        return error(
+            StatusCode::BAD_REQUEST,
+            "requests",
+            &format!("more than {MAX_BATCH} requests in one batch"),
+        );
     }
     // Every request is checked before any is decided: a batch with a bad request decides
     // nothing.
     let mut requests = Vec::with_capacity(body.requests.len());
     for (i, r) in body.requests.iter().enumerate() {
-        match r.request() {
+        match r
+            .request()
+            .and_then(|(req, cost)| api.engine.validate(&req, cost).map(|()| (req, cost)))
+        {
             Ok(r) => requests.push(r),
             Err(e) => {
                 api.metrics.record(Answer::Invalid, started.elapsed());
-                return error(StatusCode::BAD_REQUEST, &format!("requests[{i}].{}", e.field), &e.message);
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("requests[{i}].{}", e.field),
+                    &e.message,
+                );
             }
         }
     }
@@ -395,10 +463,18 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
         match value {
             Ok(v) => results.push(v),
             Err(Failure::Invalid(e)) => {
-                return error(StatusCode::BAD_REQUEST, &format!("requests[{i}].{}", e.field), &e.message);
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("requests[{i}].{}", e.field),
+                    &e.message,
+                );
             }
             Err(Failure::Store(e)) => {
-                return error(StatusCode::SERVICE_UNAVAILABLE, "", &format!("the limit store failed: {}", e.0));
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "",
+                    &format!("the limit store failed: {}", e.0),
+                );
             }
         }
     }
@@ -413,7 +489,10 @@ async fn noop_check(req: Request) -> Response {
         Err(res) => return res,
     };
     match parse::<CheckBody<'_>>(&bytes) {
-        Ok(_) => json(StatusCode::OK, &serde_json::json!({"allowed": true, "code": "OK", "statuses": []})),
+        Ok(_) => json(
+            StatusCode::OK,
+            &serde_json::json!({"allowed": true, "code": "OK", "statuses": []}),
+        ),
         Err(res) => res,
     }
 }

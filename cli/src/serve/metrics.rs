@@ -41,11 +41,18 @@ pub(crate) fn install() -> Result<PrometheusHandle, String> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
     metrics::describe_counter!(REQUESTS, "Requests answered, by API and outcome.");
-    metrics::describe_histogram!(DECISION_SECONDS, Unit::Seconds, "Time from a decoded request to its answer.");
+    metrics::describe_histogram!(
+        DECISION_SECONDS,
+        Unit::Seconds,
+        "Time from a decoded request to its answer."
+    );
     metrics::describe_counter!(RULE_CHECKS, "Checks per rule, by outcome.");
     metrics::describe_counter!(RELOADS, "Rules file reloads, by result.");
     metrics::describe_gauge!(GENERATION, "Generation of the rules in force.");
-    metrics::describe_gauge!(LAST_RELOAD_OK, "1 if the last load of the rules file succeeded.");
+    metrics::describe_gauge!(
+        LAST_RELOAD_OK,
+        "1 if the last load of the rules file succeeded."
+    );
     metrics::describe_counter!(REDIS_DEGRADED, "Decisions Redis did not make, by reason.");
     metrics::describe_gauge!(KEYS, "Keys held per in-memory rule.");
     Ok(handle)
@@ -60,9 +67,7 @@ pub(crate) struct RuleMetrics {
 
 impl RuleMetrics {
     pub(crate) fn new(rule: &str) -> RuleMetrics {
-        let c = |outcome: &'static str| {
-            metrics::counter!(RULE_CHECKS, "rule" => rule.to_owned(), "outcome" => outcome)
-        };
+        let c = |outcome: &'static str| metrics::counter!(RULE_CHECKS, "rule" => rule.to_owned(), "outcome" => outcome);
         RuleMetrics {
             ok: c("ok"),
             over: c("over_limit"),
@@ -96,7 +101,8 @@ pub(crate) struct ApiMetrics {
 
 impl ApiMetrics {
     pub(crate) fn new(api: &'static str) -> ApiMetrics {
-        let c = |outcome: &'static str| metrics::counter!(REQUESTS, "api" => api, "outcome" => outcome);
+        let c =
+            |outcome: &'static str| metrics::counter!(REQUESTS, "api" => api, "outcome" => outcome);
         ApiMetrics {
             answers: [c("ok"), c("over_limit"), c("invalid"), c("error")],
             seconds: metrics::histogram!(DECISION_SECONDS, "api" => api),

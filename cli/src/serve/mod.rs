@@ -55,7 +55,12 @@ pub(crate) struct Serve {
     redis: Vec<String>,
 
     /// The prefix of every Redis key this server writes (no braces).
-    #[arg(long, value_name = "PREFIX", default_value = "slidegate:", requires = "redis")]
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "slidegate:",
+        requires = "redis"
+    )]
     redis_prefix: String,
 
     /// How long a Redis decision may take before --redis-unavailable decides.
@@ -114,7 +119,8 @@ pub(crate) fn run(args: &Serve) -> Result<(), String> {
         .map_err(|e| format!("cannot read {}: {e}", args.rules.display()))?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|e| format!("{}: not UTF-8: {e}", args.rules.display()))?;
-    let spec = rules::load(&args.rules, text).map_err(|e| format!("{}: {e}", args.rules.display()))?;
+    let spec =
+        rules::load(&args.rules, text).map_err(|e| format!("{}: {e}", args.rules.display()))?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         runtime.worker_threads(usize::from(n));
@@ -149,11 +155,16 @@ async fn serve(args: &Serve, spec: rules::Spec, bytes: Vec<u8>) -> Result<(), St
             }
         }
     };
-    let engine = Arc::new(Engine::new(spec, backend).map_err(|e| format!("{}: {e}", args.rules.display()))?);
+    let engine =
+        Arc::new(Engine::new(spec, backend).map_err(|e| format!("{}: {e}", args.rules.display()))?);
     ::metrics::gauge!(metrics::GENERATION).set(1.0);
     ::metrics::gauge!(metrics::LAST_RELOAD_OK).set(1.0);
 
-    let reloader = Arc::new(Reloader::new(args.rules.clone(), Arc::clone(&engine), bytes));
+    let reloader = Arc::new(Reloader::new(
+        args.rules.clone(),
+        Arc::clone(&engine),
+        bytes,
+    ));
     let _watcher = reloader.watch()?;
     tokio::spawn(Arc::clone(&reloader).run());
     let mut hangup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
@@ -240,7 +251,10 @@ async fn serve(args: &Serve, spec: rules::Spec, bytes: Vec<u8>) -> Result<(), St
     let http = axum::serve(http_listener, router).with_graceful_shutdown(stopped(stop_rx.clone()));
     let grpc = tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(service))
-        .add_optional_service(args.noop_endpoints.then(|| NoopServer::new(grpc::NoopService)))
+        .add_optional_service(
+            args.noop_endpoints
+                .then(|| NoopServer::new(grpc::NoopService)),
+        )
         .serve_with_incoming_shutdown(
             TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),

@@ -73,15 +73,16 @@ impl Reloader {
         };
         let name = self.path.file_name().map(|n| n.to_owned());
         let me = Arc::clone(self);
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            match event {
-                Ok(e) if e.paths.iter().any(|p| p.file_name() == name.as_deref()) => me.poke(),
-                Ok(_) => {}
-                // A lost event (an overflowing queue) may have been ours: look.
-                Err(_) => me.poke(),
-            }
-        })
-        .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                match event {
+                    Ok(e) if e.paths.iter().any(|p| p.file_name() == name.as_deref()) => me.poke(),
+                    Ok(_) => {}
+                    // A lost event (an overflowing queue) may have been ours: look.
+                    Err(_) => me.poke(),
+                }
+            })
+            .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
         watcher
             .watch(&dir, RecursiveMode::NonRecursive)
             .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
@@ -108,7 +109,8 @@ impl Reloader {
             Ok(Ok(b)) => b,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 tracing::warn!(path = %self.path.display(), "rules file deleted; the rules in force stay");
-                self.lock().last_error = Some("the rules file is deleted; the rules in force stay".into());
+                self.lock().last_error =
+                    Some("the rules file is deleted; the rules in force stay".into());
                 return;
             }
             Ok(Err(e)) => return self.failed(format!("cannot read the rules file: {e}")),

@@ -31,7 +31,11 @@ use super::{RuleSpec, RulesError, Spec, Target, describe_entries, unit_window};
 /// Reads a YAML rules file.
 pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
     let docs = MarkedYaml::load_from_str(text).map_err(|e| {
-        RulesError::new(Some(e.marker().line()), "", format!("not YAML: {}", e.info()))
+        RulesError::new(
+            Some(e.marker().line()),
+            "",
+            format!("not YAML: {}", e.info()),
+        )
     })?;
     let mut spec = Spec::default();
     let mut domains = Vec::new();
@@ -45,7 +49,11 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
             None => String::new(),
         };
         if domain.is_empty() {
-            return Err(RulesError::new(Some(line(doc)), "domain", "a config needs a non-empty domain"));
+            return Err(RulesError::new(
+                Some(line(doc)),
+                "domain",
+                "a config needs a non-empty domain",
+            ));
         }
         if domains.contains(&domain) {
             return Err(RulesError::new(
@@ -62,7 +70,11 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
         }
     }
     if domains.is_empty() {
-        return Err(RulesError::new(None, "domain", "the file configures no domain"));
+        return Err(RulesError::new(
+            None,
+            "domain",
+            "the file configures no domain",
+        ));
     }
     Ok(spec)
 }
@@ -79,21 +91,36 @@ fn descriptors(
         if is_null(list) {
             return Ok(());
         }
-        return Err(RulesError::new(Some(line(list)), field, "must be a list of descriptors"));
+        return Err(RulesError::new(
+            Some(line(list)),
+            field,
+            "must be a list of descriptors",
+        ));
     };
     for (i, item) in items.iter().enumerate() {
         let at = format!("{field}[{i}]");
         let fields = mapping(
             item,
             &at,
-            &["key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"],
+            &[
+                "key",
+                "value",
+                "rate_limit",
+                "descriptors",
+                "shadow_mode",
+                "detailed_metric",
+            ],
         )?;
         let key = match fields.get("key") {
             Some(k) => string(k, &format!("{at}.key"))?,
             None => String::new(),
         };
         if key.is_empty() {
-            return Err(RulesError::new(Some(line(item)), format!("{at}.key"), "a descriptor needs a non-empty key"));
+            return Err(RulesError::new(
+                Some(line(item)),
+                format!("{at}.key"),
+                "a descriptor needs a non-empty key",
+            ));
         }
         let value = match fields.get("value") {
             Some(v) => Some(string(v, &format!("{at}.value"))?).filter(|v| !v.is_empty()),
@@ -108,7 +135,14 @@ fn descriptors(
         }
         parents.push((key, value));
         let target = match fields.get("rate_limit") {
-            Some(rl) if !is_null(rl) => rate_limit(spec, domain, parents, rl, &format!("{at}.rate_limit"), shadow)?,
+            Some(rl) if !is_null(rl) => rate_limit(
+                spec,
+                domain,
+                parents,
+                rl,
+                &format!("{at}.rate_limit"),
+                shadow,
+            )?,
             _ => Target::None,
         };
         if target != Target::None {
@@ -119,7 +153,13 @@ fn descriptors(
             spec.place(domain, parents, Target::None).ok();
         }
         if let Some(children) = fields.get("descriptors") {
-            descriptors(spec, domain, children, &format!("{at}.descriptors"), parents)?;
+            descriptors(
+                spec,
+                domain,
+                children,
+                &format!("{at}.descriptors"),
+                parents,
+            )?;
         }
         parents.pop();
     }
@@ -136,7 +176,11 @@ fn rate_limit(
     field: &str,
     shadow: bool,
 ) -> Result<Target, RulesError> {
-    let fields = mapping(node, field, &["unit", "requests_per_unit", "unlimited", "name", "replaces"])?;
+    let fields = mapping(
+        node,
+        field,
+        &["unit", "requests_per_unit", "unlimited", "name", "replaces"],
+    )?;
     let sub = |f: &str| format!("{field}.{f}");
     let unlimited = match fields.get("unlimited") {
         Some(u) => boolean(u, &sub("unlimited"))?,
@@ -145,12 +189,20 @@ fn rate_limit(
     let unit = fields.get("unit");
     if unlimited {
         if let Some(u) = unit {
-            return Err(RulesError::new(Some(line(u)), sub("unit"), "an unlimited rate_limit takes no unit"));
+            return Err(RulesError::new(
+                Some(line(u)),
+                sub("unit"),
+                "an unlimited rate_limit takes no unit",
+            ));
         }
         return Ok(Target::Unlimited);
     }
     let Some(unit) = unit else {
-        return Err(RulesError::new(Some(line(node)), sub("unit"), "missing: second, minute, hour, day, month or year"));
+        return Err(RulesError::new(
+            Some(line(node)),
+            sub("unit"),
+            "missing: second, minute, hour, day, month or year",
+        ));
     };
     let unit_text = string(unit, &sub("unit"))?;
     let window = unit_window(&unit_text).ok_or_else(|| {
@@ -161,15 +213,29 @@ fn rate_limit(
         )
     })?;
     let Some(rpu) = fields.get("requests_per_unit") else {
-        return Err(RulesError::new(Some(line(node)), sub("requests_per_unit"), "missing"));
+        return Err(RulesError::new(
+            Some(line(node)),
+            sub("requests_per_unit"),
+            "missing",
+        ));
     };
     let YamlData::Value(Scalar::Integer(n)) = rpu.data else {
-        return Err(RulesError::new(Some(line(rpu)), sub("requests_per_unit"), "must be a whole number"));
+        return Err(RulesError::new(
+            Some(line(rpu)),
+            sub("requests_per_unit"),
+            "must be a whole number",
+        ));
     };
     let limit = u64::try_from(n)
         .ok()
         .filter(|&n| n <= u64::from(u32::MAX))
-        .ok_or_else(|| RulesError::new(Some(line(rpu)), sub("requests_per_unit"), format!("{n} is not between 0 and {}", u32::MAX)))?;
+        .ok_or_else(|| {
+            RulesError::new(
+                Some(line(rpu)),
+                sub("requests_per_unit"),
+                format!("{n} is not between 0 and {}", u32::MAX),
+            )
+        })?;
     let quota = Quota::new(limit, window).map_err(|e| {
         let hint = if limit == 0 {
             " (to let nothing through, use a limit of 1 and a long unit; to limit nothing, unlimited: true)"
@@ -194,7 +260,11 @@ fn rate_limit(
     let mut replaces = Vec::new();
     if let Some(list) = fields.get("replaces") {
         let YamlData::Sequence(items) = &list.data else {
-            return Err(RulesError::new(Some(line(list)), sub("replaces"), "must be a list of {name: ...}"));
+            return Err(RulesError::new(
+                Some(line(list)),
+                sub("replaces"),
+                "must be a list of {name: ...}",
+            ));
         };
         for (i, item) in items.iter().enumerate() {
             let at = format!("{}[{i}]", sub("replaces"));
@@ -204,10 +274,18 @@ fn rate_limit(
                 None => String::new(),
             };
             if n.is_empty() {
-                return Err(RulesError::new(Some(line(item)), format!("{at}.name"), "must not be empty"));
+                return Err(RulesError::new(
+                    Some(line(item)),
+                    format!("{at}.name"),
+                    "must not be empty",
+                ));
             }
             if Some(&n) == display.as_ref() {
-                return Err(RulesError::new(Some(line(item)), format!("{at}.name"), "a rule cannot replace itself"));
+                return Err(RulesError::new(
+                    Some(line(item)),
+                    format!("{at}.name"),
+                    "a rule cannot replace itself",
+                ));
             }
             replaces.push(n);
         }
@@ -216,7 +294,10 @@ fn rate_limit(
         return Err(RulesError::new(
             Some(line(node)),
             field,
-            format!("{} is matched twice in domain {domain:?}", describe_entries(path)),
+            format!(
+                "{} is matched twice in domain {domain:?}",
+                describe_entries(path)
+            ),
         ));
     }
     spec.rules.push(RuleSpec {
@@ -244,16 +325,32 @@ fn mapping<'n, 'i>(
     known: &[&str],
 ) -> Result<Vec<(&'n str, &'n MarkedYaml<'i>)>, RulesError> {
     let YamlData::Mapping(map) = &node.data else {
-        let what = if field.is_empty() { "a document" } else { field };
-        return Err(RulesError::new(Some(line(node)), field, format!("{what} must be a mapping")));
+        let what = if field.is_empty() {
+            "a document"
+        } else {
+            field
+        };
+        return Err(RulesError::new(
+            Some(line(node)),
+            field,
+            format!("{what} must be a mapping"),
+        ));
     };
     let mut out = Vec::with_capacity(map.len());
     for (k, v) in map {
         let YamlData::Value(Scalar::String(name)) = &k.data else {
-            return Err(RulesError::new(Some(line(k)), field, "keys must be strings"));
+            return Err(RulesError::new(
+                Some(line(k)),
+                field,
+                "keys must be strings",
+            ));
         };
         if !known.contains(&name.as_ref()) {
-            let at = if field.is_empty() { name.to_string() } else { format!("{field}.{name}") };
+            let at = if field.is_empty() {
+                name.to_string()
+            } else {
+                format!("{field}.{name}")
+            };
             return Err(RulesError::new(
                 Some(line(k)),
                 at,
@@ -289,7 +386,11 @@ fn string(node: &MarkedYaml<'_>, field: &str) -> Result<String, RulesError> {
 fn boolean(node: &MarkedYaml<'_>, field: &str) -> Result<bool, RulesError> {
     match node.data {
         YamlData::Value(Scalar::Boolean(b)) => Ok(b),
-        _ => Err(RulesError::new(Some(line(node)), field, "must be true or false")),
+        _ => Err(RulesError::new(
+            Some(line(node)),
+            field,
+            "must be true or false",
+        )),
     }
 }
 
@@ -339,7 +440,10 @@ domain: other
         assert_eq!(r(&[("user", "bob")]), Target::Rule(user));
         assert_eq!(r(&[("user", "alice")]), Target::Rule(alice));
         assert_eq!(r(&[("user", "root")]), Target::Unlimited);
-        assert_eq!(r(&[("path", "/login"), ("remote_address", "1.2.3.4")]), Target::Rule(login));
+        assert_eq!(
+            r(&[("path", "/login"), ("remote_address", "1.2.3.4")]),
+            Target::Rule(login)
+        );
         assert_eq!(r(&[("path", "/login")]), Target::None);
         assert!(spec.domains["other"].is_empty());
     }
@@ -350,19 +454,43 @@ domain: other
 
     #[test]
     fn errors_name_the_line_and_field() {
-        let e = error("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(4), "descriptors[0].rate_limit.unit"), "{e}");
-        let e = error("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: many\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(6), "descriptors[0].rate_limit.requests_per_unit"), "{e}");
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "descriptors[0].rate_limit.unit"),
+            "{e}"
+        );
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: many\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(6), "descriptors[0].rate_limit.requests_per_unit"),
+            "{e}"
+        );
         let e = error("domain: d\ndescriptors:\n  - key: k\n    ratelimit: {}\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(4), "descriptors[0].ratelimit"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "descriptors[0].ratelimit"),
+            "{e}"
+        );
         assert!(e.message.contains("unknown key"), "{e}");
         let e = error("domain: d\ndescriptors:\n  - value: v\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(3), "descriptors[0].key"), "{e}");
-        let e = error("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 2 }\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(3), "descriptors[0].key"),
+            "{e}"
+        );
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 2 }\n",
+        );
         assert_eq!(e.line, Some(6), "{e}");
         assert!(e.message.contains("matched twice"), "{e}");
-        let e = error("domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, unit: second }\n");
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, unit: second }\n",
+        );
         assert_eq!(e.field, "descriptors[0].rate_limit.unit", "{e}");
         let e = error("domain: d\ndescriptors: [\n");
         assert!(e.message.contains("not YAML"), "{e}");
@@ -370,7 +498,16 @@ domain: other
         assert_eq!(e.field, "domain", "{e}");
         let e = error("domain: d\n---\ndomain: d\n");
         assert_eq!((e.line, e.field.as_str()), (Some(3), "domain"), "{e}");
-        let e = error("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: { unit: second, requests_per_unit: 0 }\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(6), "descriptors[0].descriptors[0].rate_limit.requests_per_unit"), "{e}");
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: { unit: second, requests_per_unit: 0 }\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (
+                Some(6),
+                "descriptors[0].descriptors[0].rate_limit.requests_per_unit"
+            ),
+            "{e}"
+        );
     }
 }

@@ -30,7 +30,11 @@ pub(crate) struct RulesError {
 }
 
 impl RulesError {
-    pub(crate) fn new(line: Option<usize>, field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        line: Option<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         RulesError {
             line,
             field: field.into(),
@@ -305,26 +309,50 @@ mod tests {
     #[test]
     fn descriptors_match_as_envoys_reference_service() {
         let mut spec = Spec::default();
-        spec.place("d", &entries(&[("user", None)]), Target::Rule(0)).unwrap();
-        spec.place("d", &entries(&[("user", Some("alice"))]), Target::Rule(1)).unwrap();
-        spec.place("d", &entries(&[("user", Some("bot-*"))]), Target::Rule(2)).unwrap();
-        spec.place("d", &entries(&[("user", Some("root"))]), Target::Unlimited).unwrap();
-        spec.place("d", &entries(&[("tenant", None), ("user", None)]), Target::Rule(3))
+        spec.place("d", &entries(&[("user", None)]), Target::Rule(0))
             .unwrap();
-        spec.place("d", &entries(&[("path", Some("/a")), ("ip", None)]), Target::Rule(4))
+        spec.place("d", &entries(&[("user", Some("alice"))]), Target::Rule(1))
             .unwrap();
+        spec.place("d", &entries(&[("user", Some("bot-*"))]), Target::Rule(2))
+            .unwrap();
+        spec.place("d", &entries(&[("user", Some("root"))]), Target::Unlimited)
+            .unwrap();
+        spec.place(
+            "d",
+            &entries(&[("tenant", None), ("user", None)]),
+            Target::Rule(3),
+        )
+        .unwrap();
+        spec.place(
+            "d",
+            &entries(&[("path", Some("/a")), ("ip", None)]),
+            Target::Rule(4),
+        )
+        .unwrap();
 
         assert_eq!(find(&spec, "d", &[("user", "bob")]), Target::Rule(0));
         assert_eq!(find(&spec, "d", &[("user", "alice")]), Target::Rule(1));
         assert_eq!(find(&spec, "d", &[("user", "bot-7")]), Target::Rule(2));
         assert_eq!(find(&spec, "d", &[("user", "root")]), Target::Unlimited);
-        assert_eq!(find(&spec, "d", &[("tenant", "t"), ("user", "u")]), Target::Rule(3));
+        assert_eq!(
+            find(&spec, "d", &[("tenant", "t"), ("user", "u")]),
+            Target::Rule(3)
+        );
         // The tenant node has no rule of its own.
         assert_eq!(find(&spec, "d", &[("tenant", "t")]), Target::None);
         // Deeper than the rules: the walk ends at a leaf before the last entry.
-        assert_eq!(find(&spec, "d", &[("user", "bob"), ("x", "y")]), Target::None);
-        assert_eq!(find(&spec, "d", &[("path", "/a"), ("ip", "1.2.3.4")]), Target::Rule(4));
-        assert_eq!(find(&spec, "d", &[("path", "/b"), ("ip", "1.2.3.4")]), Target::None);
+        assert_eq!(
+            find(&spec, "d", &[("user", "bob"), ("x", "y")]),
+            Target::None
+        );
+        assert_eq!(
+            find(&spec, "d", &[("path", "/a"), ("ip", "1.2.3.4")]),
+            Target::Rule(4)
+        );
+        assert_eq!(
+            find(&spec, "d", &[("path", "/b"), ("ip", "1.2.3.4")]),
+            Target::None
+        );
         assert_eq!(find(&spec, "d", &[("nobody", "x")]), Target::None);
         assert_eq!(find(&spec, "d", &[]), Target::None);
     }
@@ -332,13 +360,15 @@ mod tests {
     #[test]
     fn the_same_entry_twice_is_an_error() {
         let mut spec = Spec::default();
-        spec.place("d", &entries(&[("user", None)]), Target::Rule(0)).unwrap();
+        spec.place("d", &entries(&[("user", None)]), Target::Rule(0))
+            .unwrap();
         let err = spec
             .place("d", &entries(&[("user", None)]), Target::Rule(1))
             .unwrap_err();
         assert!(err.contains("[user] is matched twice"), "{err}");
         // The same entries in another domain are another node.
-        spec.place("e", &entries(&[("user", None)]), Target::Rule(1)).unwrap();
+        spec.place("e", &entries(&[("user", None)]), Target::Rule(1))
+            .unwrap();
     }
 
     #[test]

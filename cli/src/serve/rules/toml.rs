@@ -82,8 +82,8 @@ enum Entry {
 
 /// Reads a TOML rules file.
 pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
-    let de = toml::de::Deserializer::parse(text)
-        .map_err(|e| toml_error(text, String::new(), &e))?;
+    let de =
+        toml::de::Deserializer::parse(text).map_err(|e| toml_error(text, String::new(), &e))?;
     let file: File = serde_path_to_error::deserialize(de)
         .map_err(|e| toml_error(text, e.path().to_string(), e.inner()))?;
     let at = |offset: usize| Some(line_of(text, offset));
@@ -100,9 +100,11 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
             ));
         }
         let rule = rule.get_ref();
-        let window = duration(&rule.window).map_err(|m| RulesError::new(at(rule.window.span().start), field("window"), m))?;
-        let mut quota = Quota::new(*rule.limit.get_ref(), window)
-            .map_err(|e| RulesError::new(at(rule.limit.span().start), field("limit"), e.to_string()))?;
+        let window = duration(&rule.window)
+            .map_err(|m| RulesError::new(at(rule.window.span().start), field("window"), m))?;
+        let mut quota = Quota::new(*rule.limit.get_ref(), window).map_err(|e| {
+            RulesError::new(at(rule.limit.span().start), field("limit"), e.to_string())
+        })?;
         if let Some(mode) = &rule.mode {
             let m = parse_mode(mode.get_ref())
                 .map_err(|m| RulesError::new(at(mode.span().start), field("mode"), m))?;
@@ -150,7 +152,11 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
         let field = |f: &str| format!("descriptors[{i}].{f}");
         let d = d.get_ref();
         if d.domain.get_ref().is_empty() {
-            return Err(RulesError::new(at(d.domain.span().start), field("domain"), "must not be empty"));
+            return Err(RulesError::new(
+                at(d.domain.span().start),
+                field("domain"),
+                "must not be empty",
+            ));
         }
         let mut entries = Vec::with_capacity(d.entries.get_ref().len());
         for (j, e) in d.entries.get_ref().iter().enumerate() {
@@ -162,16 +168,28 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
                 Entry::Table { key, value } => (key.clone(), value.clone()),
             };
             if key.is_empty() {
-                return Err(RulesError::new(at(e.span().start), field(&format!("match[{j}]")), "an entry's key must not be empty"));
+                return Err(RulesError::new(
+                    at(e.span().start),
+                    field(&format!("match[{j}]")),
+                    "an entry's key must not be empty",
+                ));
             }
             entries.push((key, value));
         }
         let target = match (&d.rule, d.unlimited) {
             (Some(_), true) => {
-                return Err(RulesError::new(line, field("unlimited"), "give either rule or unlimited = true, not both"));
+                return Err(RulesError::new(
+                    line,
+                    field("unlimited"),
+                    "give either rule or unlimited = true, not both",
+                ));
             }
             (None, false) => {
-                return Err(RulesError::new(line, field("rule"), "missing: name a rule, or write unlimited = true"));
+                return Err(RulesError::new(
+                    line,
+                    field("rule"),
+                    "missing: name a rule, or write unlimited = true",
+                ));
             }
             (Some(name), false) => Target::Rule(find(&spec, name, field("rule"))?),
             (None, true) => Target::Unlimited,
@@ -263,7 +281,10 @@ unlimited = true
         let bulk = spec.rule("bulk").unwrap();
         let login = spec.rule("login").unwrap();
         let q = spec.rules[per_user].quota;
-        assert_eq!((q.limit(), q.window(), q.granularity()), (100, Duration::from_secs(60), Duration::from_secs(1)));
+        assert_eq!(
+            (q.limit(), q.window(), q.granularity()),
+            (100, Duration::from_secs(60), Duration::from_secs(1))
+        );
         assert_eq!(spec.rules[bulk].quota.mode(), slidegate::Mode::Gcra);
         assert!(spec.rules[login].shadow);
         assert_eq!(spec.key_default, vec![per_user]);
@@ -272,7 +293,10 @@ unlimited = true
         let r = |e: &[(&str, &str)]| resolve(api, e.iter().copied());
         assert_eq!(r(&[("user", "x")]), Target::Rule(per_user));
         assert_eq!(r(&[("user", "batch=job")]), Target::Rule(bulk));
-        assert_eq!(r(&[("path", "/login"), ("remote_address", "::1")]), Target::Rule(login));
+        assert_eq!(
+            r(&[("path", "/login"), ("remote_address", "::1")]),
+            Target::Rule(login)
+        );
         assert_eq!(r(&[("user", "health")]), Target::Unlimited);
     }
 
@@ -283,30 +307,57 @@ unlimited = true
     #[test]
     fn errors_name_the_line_and_field() {
         let e = error("[rules.a]\nlimit = 10\nwindow = \"1 parsec\"\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(3), "rules.a.window"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(3), "rules.a.window"),
+            "{e}"
+        );
         assert!(e.message.contains("unknown unit"), "{e}");
 
         let e = error("[rules.a]\nlimit = \"ten\"\nwindow = \"1s\"\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(2), "rules.a.limit"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(2), "rules.a.limit"),
+            "{e}"
+        );
         assert!(e.message.contains("invalid type"), "{e}");
 
         let e = error("[rules.a]\nlimit = 0\nwindow = \"1s\"\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(2), "rules.a.limit"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(2), "rules.a.limit"),
+            "{e}"
+        );
 
         let e = error("[rules.a]\nlimit = 10\nwindow = \"1s\"\ngranularity = \"300ms\"\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(4), "rules.a.granularity"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "rules.a.granularity"),
+            "{e}"
+        );
         assert!(e.message.contains("does not divide"), "{e}");
 
         let e = error("[rules.a]\nlimit = 10\nwindow = \"1s\"\nlimt = 3\n");
         assert_eq!(e.line, Some(4), "{e}");
         assert!(e.message.contains("unknown field `limt`"), "{e}");
 
-        let e = error("[rules.a]\nlimit = 10\nwindow = \"1s\"\n\n[[descriptors]]\ndomain = \"d\"\nmatch = [\"k\"]\nrule = \"b\"\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(8), "descriptors[0].rule"), "{e}");
+        let e = error(
+            "[rules.a]\nlimit = 10\nwindow = \"1s\"\n\n[[descriptors]]\ndomain = \"d\"\nmatch = [\"k\"]\nrule = \"b\"\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(8), "descriptors[0].rule"),
+            "{e}"
+        );
         assert!(e.message.contains("no rule named \"b\""), "{e}");
 
-        let e = error("[rules.a]\nlimit = 10\nwindow = \"1s\"\n[keys]\ndefault = [\"a\", \"zz\"]\n");
-        assert_eq!((e.line, e.field.as_str()), (Some(5), "keys.default[1]"), "{e}");
+        let e =
+            error("[rules.a]\nlimit = 10\nwindow = \"1s\"\n[keys]\ndefault = [\"a\", \"zz\"]\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(5), "keys.default[1]"),
+            "{e}"
+        );
 
         let e = error("[rules.a]\nlimit = 10\nwindow = \"1s\"\nmode = \"fast\"\n");
         assert_eq!((e.line, e.field.as_str()), (Some(4), "rules.a.mode"), "{e}");
@@ -319,6 +370,10 @@ unlimited = true
 
         let dup = "[rules.a]\nlimit = 1\nwindow = \"1s\"\n[[descriptors]]\ndomain = \"d\"\nmatch = [\"k\"]\nrule = \"a\"\n[[descriptors]]\ndomain = \"d\"\nmatch = [\"k\"]\nunlimited = true\n";
         let e = error(dup);
-        assert_eq!((e.line, e.field.as_str()), (Some(10), "descriptors[1].match"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(10), "descriptors[1].match"),
+            "{e}"
+        );
     }
 }
