@@ -96,8 +96,11 @@ pub(crate) struct RuleSet {
     key_overrides: HashMap<String, Vec<usize>>,
     /// Rules made for descriptors that carry their own limit (Envoy's `limit` override), by
     /// (limit, window in seconds); kept across reloads.
-    overrides: Arc<Mutex<HashMap<(u64, u64), Arc<Rule>>>>,
+    overrides: Arc<Mutex<Overrides>>,
 }
+
+/// Rules made for descriptors' own limits, by (limit, window in seconds).
+type Overrides = HashMap<(u64, u64), Arc<Rule>>;
 
 /// The most distinct `limit` overrides a server makes rules for.
 const MAX_OVERRIDES: usize = 64;
@@ -617,13 +620,13 @@ async fn decide(
     let mut enforcing = Vec::new();
     let mut never = false;
     for (i, s) in statuses.iter().enumerate() {
-        if let Some(r) = s.which.as_ref().map(|w| w.get(set)) {
-            if !r.spec.shadow {
-                if cost > r.spec.quota.limit() {
-                    never = true;
-                } else {
-                    enforcing.push(i);
-                }
+        if let Some(r) = s.which.as_ref().map(|w| w.get(set))
+            && !r.spec.shadow
+        {
+            if cost > r.spec.quota.limit() {
+                never = true;
+            } else {
+                enforcing.push(i);
             }
         }
     }
@@ -664,14 +667,13 @@ async fn decide(
         }
     }
 
-    for i in 0..statuses.len() {
+    for s in &mut statuses {
         // A clone, so the rule outlives the status's borrow (an `Arc` only for overrides).
-        let Some(which) = statuses[i].which.clone() else {
+        let Some(which) = s.which.clone() else {
             continue;
         };
         let r = which.get(set);
         let limit = r.spec.quota.limit();
-        let s = &mut statuses[i];
         if cost > limit {
             // Never admitted: over (or, in shadow, would be), with no time to wait.
             let d = peek(&r.limiter, &s.key).await?;
@@ -1078,6 +1080,6 @@ rule = "trial"
             check(&e, &over, 1).unwrap(),
             (true, vec![st("override-2-per-minute", false, false, 1)])
         );
-        assert_eq!(check(&e, &over, 2).unwrap().0, false);
+        assert!(!check(&e, &over, 2).unwrap().0);
     }
 }

@@ -281,6 +281,7 @@ fn reply<'a>(set: &'a RuleSet, o: &'a Outcome) -> Reply<'a> {
 }
 
 /// The body, refused with 413 beyond the limit, as JSON.
+#[allow(clippy::result_large_err)]
 async fn body(req: Request) -> Result<Bytes, Response> {
     Bytes::from_request(req, &()).await.map_err(|rejection| {
         let status = rejection.status();
@@ -294,6 +295,7 @@ async fn body(req: Request) -> Result<Bytes, Response> {
 }
 
 /// A JSON body, or a 400 naming the field at fault.
+#[allow(clippy::result_large_err)] // the error is the response, built once
 fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Response> {
     // The plain parse first; the path-tracking one only to explain a failure.
     serde_json::from_slice(bytes).map_err(|_| {
