@@ -85,6 +85,8 @@ pub(crate) struct Rule {
     limiter: Limiter,
     /// Its name as a header-field String.
     pub(crate) field: PolicyName,
+    /// Its `RateLimit-Policy` item, for the common answer that names one rule.
+    policy: axum::http::HeaderValue,
     pub(crate) metrics: metrics::RuleMetrics,
 }
 
@@ -193,24 +195,28 @@ impl Outcome {
     /// admitted and only the rules that deny when denied; `Retry-After` when denied and a
     /// wait would help.
     pub(crate) fn fields(&self, set: &RuleSet) -> [Option<axum::http::HeaderValue>; 3] {
+        let mut rules = self.statuses.iter().filter_map(|s| s.which.as_ref());
+        // One rule (the common answer): its policy item, built once per rule.
+        let single = match (rules.next(), rules.next()) {
+            (Some(only), None) => Some(only.get(set).policy.clone()),
+            _ => None,
+        };
         let mut fields = Fields::new();
         for s in &self.statuses {
             if let Some(w) = &s.which {
                 let r = w.get(set);
-                fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
+                if single.is_none() {
+                    fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
+                }
                 if self.allowed || s.over {
-                    let reset = if s.over {
-                        s.retry_after.unwrap_or(s.reset_after)
-                    } else {
-                        s.reset_after
-                    };
+                    let reset = if s.over { s.retry_after.unwrap_or(s.reset_after) } else { s.reset_after };
                     fields.limit(&r.field, s.remaining, reset);
                 }
             }
         }
         let (policy, limit) = fields.into_values();
         let retry = self.retry_after.filter(|_| !self.allowed).map(retry_after);
-        [policy, limit, retry]
+        [single.or(policy), limit, retry]
     }
 }
 
@@ -531,7 +537,11 @@ impl Rule {
 
     fn with_limiter(spec: RuleSpec, limiter: Limiter) -> Result<Rule, String> {
         let field = PolicyName::new(&header_name(&spec.display)).map_err(|e| e.to_string())?;
+        let mut one = Fields::new();
+        one.policy(&field, spec.quota.limit(), spec.quota.window());
+        let policy = one.into_values().0.ok_or("an empty RateLimit-Policy")?;
         Ok(Rule {
+            policy,
             metrics: metrics::RuleMetrics::new(&spec.display),
             field,
             limiter,
