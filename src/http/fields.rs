@@ -66,7 +66,12 @@ impl Fields {
 
     /// The `RateLimit-Policy` and `RateLimit` values; `None` for a field with no item.
     pub fn into_values(self) -> (Option<HeaderValue>, Option<HeaderValue>) {
-        let value = |s: String| (!s.is_empty()).then(|| headers::value(s));
+        // The builders write visible ASCII only; the String is handed over without a copy.
+        let value = |s: String| {
+            (!s.is_empty())
+                .then(|| HeaderValue::try_from(s).ok())
+                .flatten()
+        };
         (value(self.policy), value(self.limit))
     }
 }

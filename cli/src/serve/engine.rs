@@ -209,7 +209,11 @@ impl Outcome {
                     fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
                 }
                 if self.allowed || s.over {
-                    let reset = if s.over { s.retry_after.unwrap_or(s.reset_after) } else { s.reset_after };
+                    let reset = if s.over {
+                        s.retry_after.unwrap_or(s.reset_after)
+                    } else {
+                        s.reset_after
+                    };
                     fields.limit(&r.field, s.remaining, reset);
                 }
             }
