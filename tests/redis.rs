@@ -219,19 +219,34 @@ fn processes_with_skewed_clocks_share_one_limit() {
     assert_eq!(worst, limit, "the limit is reached under this load");
 }
 
+/// `FUNCTION FLUSH` and `SCRIPT FLUSH` every 100 ms never reach a caller: on a Redis 7
+/// server (the library is loaded again where it went missing), and on a server without
+/// `FCALL` (renamed away, as a server before Redis 7 answers: decisions go through `EVALSHA`,
+/// and `EVAL` when the script cache was flushed).
 #[test]
 fn a_flushed_script_cache_never_reaches_a_caller() {
-    let server = Server::start();
+    for server in [
+        Server::start(),
+        Server::with_args(&["--rename-command", "FCALL", ""]),
+    ] {
+        let admitted = admitted_through_flushes(&server);
+        assert!(admitted > 0);
+    }
+}
+
+fn admitted_through_flushes(server: &Server) -> u64 {
     let flushes = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let flusher = {
         let (stop, flushes, port) = (stop.clone(), flushes.clone(), server.port);
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                Command::new("redis-cli")
-                    .args(["-p", &port.to_string(), "SCRIPT", "FLUSH"])
-                    .output()
-                    .unwrap();
+                for what in ["FUNCTION", "SCRIPT"] {
+                    Command::new("redis-cli")
+                        .args(["-p", &port.to_string(), what, "FLUSH"])
+                        .output()
+                        .unwrap();
+                }
                 flushes.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -256,17 +271,24 @@ fn a_flushed_script_cache_never_reaches_a_caller() {
     });
     stop.store(true, Ordering::Relaxed);
     flusher.join().unwrap();
-    assert!(admitted > 0);
+    admitted
 }
 
-/// SIGSTOP, then kill, then restart: every decision returns within the deadline plus 5 ms,
-/// the policy decides meanwhile (and the breaker spares the dead server), and Redis decides
-/// again within a second of coming back.
+/// SIGSTOP, then kill, then restart: every decision returns within its deadline, the policy
+/// decides meanwhile (and the breaker spares the dead server), and Redis decides again within
+/// a second of coming back.
+///
+/// The deadline is long against the machine's scheduling noise, so that the healthy phases
+/// never miss it by accident, and each decision is held to it from both sides: one that
+/// Redis did not answer in time took at least the deadline (the timer fired, nothing cut it
+/// short), and no decision took two (a decision never waits past its deadline, for a reload
+/// or a retry, say). The margin between the two is the deadline itself, far above the
+/// timer's lateness on a loaded machine.
 #[test]
 fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
     let mut server = Server::start();
     let rt = rt();
-    let deadline = Duration::from_millis(50);
+    let deadline = Duration::from_millis(250);
     let conn = rt.block_on(Connection::open(&server.url())).unwrap();
     let limiter = RedisLimiter::builder(quota(1_000_000, Duration::from_secs(60)))
         .deadline(deadline)
@@ -274,7 +296,7 @@ fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
         .policy(Policy::Local(quota(3, Duration::from_secs(60))))
         .build(&conn)
         .unwrap();
-    // Runs 4 tasks × `n` checks; returns (slowest decision, paths seen).
+    // Runs 4 tasks × `n` checks; returns each decision's (path, degraded, allowed, time).
     let burst = |n: usize| {
         let limiter = limiter.clone();
         rt.block_on(async move {
@@ -282,35 +304,37 @@ fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
             for t in 0..4 {
                 let limiter = limiter.clone();
                 tasks.push(tokio::spawn(async move {
-                    let mut worst = Duration::ZERO;
-                    let mut paths = Vec::new();
+                    let mut seen = Vec::new();
                     for _ in 0..n {
                         let start = Instant::now();
                         let d = limiter.check(&format!("k{t}")).await.unwrap();
-                        worst = worst.max(start.elapsed());
-                        paths.push((d.path(), d.degraded(), d.is_allowed()));
+                        seen.push((d.path(), d.degraded(), d.is_allowed(), start.elapsed()));
                     }
-                    (worst, paths)
+                    seen
                 }));
             }
-            let mut worst = Duration::ZERO;
-            let mut paths = Vec::new();
+            let mut seen = Vec::new();
             for t in tasks {
-                let (w, p) = t.await.unwrap();
-                worst = worst.max(w);
-                paths.extend(p);
+                seen.extend(t.await.unwrap());
             }
-            (worst, paths)
+            seen
         })
     };
-    let (_, paths) = burst(5);
-    assert!(paths.iter().all(|p| p.0 == Path::Redis));
+    let within_deadline = |seen: &[(Path, Option<Degraded>, bool, Duration)]| {
+        for &(_, why, _, took) in seen {
+            if why == Some(Degraded::Deadline) {
+                assert!(took >= deadline, "a deadline fired early, after {took:?}");
+            }
+            assert!(took < 2 * deadline, "a decision took {took:?}");
+        }
+    };
+    let paths = burst(5);
+    assert!(paths.iter().all(|p| p.0 == Path::Redis), "{paths:?}");
 
     let recovers = |what: &str| {
         let start = Instant::now();
         loop {
-            let (_, paths) = burst(1);
-            if paths.iter().all(|p| p.0 == Path::Redis) {
+            if burst(1).iter().all(|p| p.0 == Path::Redis) {
                 break;
             }
             assert!(
@@ -321,12 +345,9 @@ fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
     };
 
     server.pause();
-    let (worst, paths) = burst(20);
+    let paths = burst(20);
     server.resume();
-    assert!(
-        worst <= deadline + Duration::from_millis(5),
-        "a decision took {worst:?}"
-    );
+    within_deadline(&paths);
     assert!(paths.iter().all(|p| p.0 == Path::Fallback));
     assert!(paths.iter().any(|p| p.1 == Some(Degraded::Deadline)));
     assert!(
@@ -338,11 +359,8 @@ fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
     recovers("SIGCONT");
 
     server.kill();
-    let (worst, paths) = burst(10);
-    assert!(
-        worst <= deadline + Duration::from_millis(5),
-        "a decision took {worst:?}"
-    );
+    let paths = burst(10);
+    within_deadline(&paths);
     assert!(paths.iter().all(|p| p.0 == Path::Fallback));
     server.restart();
     recovers("restart");

@@ -2,13 +2,19 @@
 
 use core::time::Duration;
 
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 
 use super::Error;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use super::script::{Entry, Invocation, Library};
 
 /// A connection slidegate decides through: one server or one Cluster.
 ///
@@ -19,9 +25,18 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 /// and failovers (`MOVED`, `ASK`), re-reading the slot map.
 #[derive(Clone)]
 pub struct Connection {
+    pub(crate) raw: Raw,
+}
+
+/// The connection to the server or Cluster, and how it calls the library.
+#[derive(Clone)]
+pub(crate) struct Raw {
     inner: Inner,
     /// Shared by clones: limits on one connection can share a script call.
     id: usize,
+    /// Set once a server is found without functions (before Redis 7, or with `FCALL` renamed
+    /// away): calls go through `EVALSHA` from then on.
+    eval_only: Arc<AtomicBool>,
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
@@ -56,12 +71,10 @@ impl Connection {
         let manager = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| Error::connect(url, e))?;
-        let mut conn = Connection {
-            inner: Inner::Single(manager),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        };
-        conn.ping().await.map_err(|e| Error::connect(url, e))?;
-        Ok(conn)
+        let mut raw = Raw::new(Inner::Single(manager));
+        raw.ping().await.map_err(|e| Error::connect(url, e))?;
+        raw.prepare().await;
+        Ok(Connection::from(raw))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port`, with the
@@ -84,21 +97,113 @@ impl Connection {
             .get_async_connection()
             .await
             .map_err(|e| Error::connect(&all, e))?;
-        let mut conn = Connection {
-            inner: Inner::Cluster(cluster),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        };
-        conn.ping().await.map_err(|e| Error::connect(&all, e))?;
-        Ok(conn)
+        let mut raw = Raw::new(Inner::Cluster(cluster));
+        raw.ping().await.map_err(|e| Error::connect(&all, e))?;
+        raw.prepare().await;
+        Ok(Connection::from(raw))
+    }
+
+    fn from(raw: Raw) -> Connection {
+        Connection { raw }
     }
 
     pub(crate) fn id(&self) -> usize {
-        self.id
+        self.raw.id
     }
 
     /// Whether this is a Cluster connection (keys of different slots cannot share a script).
     pub fn is_cluster(&self) -> bool {
+        self.raw.is_cluster()
+    }
+}
+
+impl Raw {
+    fn new(inner: Inner) -> Raw {
+        Raw {
+            inner,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            eval_only: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.inner, Inner::Cluster(_))
+    }
+
+    /// Calls the library's `entry` with `inv`, whose keys live in `slot` (on a Cluster).
+    ///
+    /// `FCALL`; when the server answers that the function is missing (a restart, a
+    /// `FUNCTION FLUSH`, a failover to a node that never had it, a slot moved to one) the
+    /// library is loaded on the node that answered and the call made again. A server without
+    /// functions gets `EVALSHA`, and `EVAL` (which caches the script again) on `NOSCRIPT`:
+    /// `EVAL` runs the script it carries, so a flush between the two cannot fail the call.
+    pub(crate) async fn invoke(
+        &self,
+        entry: Entry,
+        inv: &Invocation,
+        slot: Slot,
+    ) -> RedisResult<Value> {
+        let lib = Library::get();
+        let mut conn = self.clone();
+        // A flush between a load and the call it was for sends the call round again; three
+        // flushes in a row within a round trip each are not a server to keep calling.
+        for _ in 0..3 {
+            if self.eval_only.load(Ordering::Relaxed) {
+                return match lib.eval(entry, inv, true).query_async(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        lib.eval(entry, inv, false).query_async(&mut conn).await
+                    }
+                    r => r,
+                };
+            }
+            match lib.fcall(entry, inv).query_async(&mut conn).await {
+                Err(e) if missing_function(&e) => {
+                    if let Err(e) = conn.load(lib, slot).await {
+                        if !without_functions(&e) {
+                            return Err(e);
+                        }
+                        // Functions exist but this client may not load them (ACL): scripts.
+                        self.eval_only.store(true, Ordering::Relaxed);
+                    }
+                }
+                Err(e) if without_functions(&e) => self.eval_only.store(true, Ordering::Relaxed),
+                r => return r,
+            }
+        }
+        Err(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "the slidegate function library was flushed again each time it was loaded",
+        )))
+    }
+
+    /// Loads the library on the server (on a Cluster, on every master), so that the first
+    /// decisions do not each find it missing and load it; or learns that the server has no
+    /// functions. Any other failure is left to the first call, which loads the library where
+    /// it is missing.
+    async fn prepare(&mut self) {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(&Library::get().source);
+        if let Err(e) = cmd.query_async::<Value>(self).await
+            && without_functions(&e)
+        {
+            self.eval_only.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// `FUNCTION LOAD REPLACE`, on the master of `slot` (a Cluster's other masters load it when
+    /// they first miss it).
+    async fn load(&mut self, lib: &Library, slot: Slot) -> RedisResult<()> {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(&lib.source);
+        match &mut self.inner {
+            Inner::Single(c) => cmd.query_async::<Value>(c).await.map(drop),
+            Inner::Cluster(c) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_slot(slot, SlotAddr::Master),
+                ));
+                c.route_command(cmd, route).await.map(drop)
+            }
+        }
     }
 
     async fn ping(&mut self) -> redis::RedisResult<()> {
@@ -112,6 +217,21 @@ impl Connection {
             )))
         }
     }
+}
+
+/// The server has no function by that name: it lost the library or never had it.
+fn missing_function(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// The server has no functions (before Redis 7, or `FCALL` renamed away), or may not load
+/// them (an ACL without `FUNCTION`).
+fn without_functions(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || (e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+            && e.detail().is_some_and(|d| d.starts_with("unknown command")))
 }
 
 /// `open` bounded by twice the connect timeout: a server that accepts and never answers
@@ -132,7 +252,7 @@ async fn within(
     }
 }
 
-impl ConnectionLike for Connection {
+impl ConnectionLike for Raw {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.inner {
             Inner::Single(c) => c.req_packed_command(cmd),
@@ -157,5 +277,24 @@ impl ConnectionLike for Connection {
             Inner::Single(c) => c.get_db(),
             Inner::Cluster(c) => c.get_db(),
         }
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.raw.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.raw.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.raw.get_db()
     }
 }

@@ -1,112 +1,29 @@
--- slidegate's decision script: the second implementation of every algorithm's rule (the
+-- slidegate's decision library: the second implementation of every algorithm's rule (the
 -- first is the crate's Rust; `tests/redis_conformance.rs` holds both to one reference model).
--- One call reads, decides and writes atomically for one or several limits.
 --
--- KEYS: two per limit, sharing one hash tag: the state hash and the sorted set (bucket
--- snapshots for the counter, entries for the exact log; unused by GCRA).
--- ARGV: op, now ("" = the server's TIME, else microseconds: the test-time mode), the TTL slack
--- in milliseconds, then 12 per limit:
---   mode (0 Strict, 1 Weighted, 2 fixed window, 3 exact log, 4 GCRA), L, W (µs), G (µs),
---   N, Tu, Tr (GCRA's interval T = Tu µs + Tr ns), n, back, ticket_u, ticket_n, need.
--- ops: check (all limits charged or none), peek, refund (n), release (give back `back` units
--- charged at the ticket), lease (release, then charge up to n if at least `need` fits).
--- Reply: the time judged at (µs), then 10 per limit: allowed, remaining, retry (µs, ns),
--- reset (µs, ns), ticket (µs or bucket, ns), extra (freed or granted), lease validity (µs).
+-- Loaded once per server as a Redis 7 function library (`FUNCTION LOAD`; `script.rs` adds
+-- the header and registers `decide` and `all` under versioned names), so everything here is
+-- defined once, not on every call. On a server without functions the same text runs under
+-- EVALSHA, followed by a `return decide(KEYS, ARGV)` or `return all(KEYS, ARGV)`.
+--
+-- Two entry points, each one atomic call:
+--   decide: a batch of independent decisions (checks and peeks), each on one key, each
+--           judged as if alone, in order: what concurrent callers on one connection send
+--           together, so that the call's cost is paid once per batch.
+--   all:    several limits at once, all or nothing (check), and the other operations (peek,
+--           refund, release, lease).
+--
+-- Every rule works on a key's state read once into a table (`open`), judged (`at`, `judge`)
+-- and changed (`charge`, `refund`, `release`) in Lua, and written back once (`flush`): a
+-- batch that decides a key several times reads and writes its hash once.
 --
 -- Numbers are doubles: every value is an integer below 2^53 (times in µs since the epoch,
 -- counts, bucket indices); durations with nanoseconds are (µs, ns) pairs; products that can
 -- pass 2^52 go through `muldivmod`. See docs/redis.md for the ranges.
 
-local op = ARGV[1]
+-- The time of the decision being made, µs (the server's TIME, or the caller's in the
+-- explicit-time mode).
 local now
-if ARGV[2] == '' then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-else
-  now = tonumber(ARGV[2])
-end
-
--- The fast path, before any function is defined (Lua makes a closure of each definition it
--- runs, on every call): one counter limit, a check, in a bucket already written, with the
--- window's start in the hash's cache (see `counter`), admitted. It reads the hash and writes
--- one field; anything else falls through to the general code below, which decides the same.
-if op == 'check' and #ARGV == 15 and ARGV[4] ~= '3' and ARGV[4] ~= '4' then
-  local H, G = KEYS[1], tonumber(ARGV[7])
-  local v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
-  if v[1] == 'c' .. ARGV[7] and v[6] then
-    local c, f, fl = tonumber(v[2]), tonumber(v[3]), tonumber(v[4] or '0')
-    local b = math.floor(now / G)
-    local r = now - b * G
-    if r < 0 then
-      b, r = b - 1, r + G
-    elseif r >= G then
-      b, r = b + 1, r - G
-    end
-    if b == f then
-      local mode, L, N, n = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[11])
-      local pb, cb, cs, cb2, cs2 = tonumber(v[5]), tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
-      -- The first cost counted: bucket b − N (the fixed window: b alone, N = 1).
-      local x = b - N
-      if mode == '2' then
-        x = b
-      end
-      local s0, s1
-      if pb < x and x <= cb then
-        s0 = cs
-      elseif cb2 >= 0 and cb < x and x <= cb2 then
-        s0 = cs2
-      end
-      local used
-      if s0 then
-        used = c - math.max(s0, fl)
-        if mode == '1' then
-          -- Weighted: the oldest bucket, b − N, weighed by (G − r) / G, rounded up.
-          local x1 = x + 1
-          if x1 > f then
-            s1 = c
-          elseif pb < x1 and x1 <= cb then
-            s1 = cs
-          elseif cb2 >= 0 and cb < x1 and x1 <= cb2 then
-            s1 = cs2
-          end
-          local p
-          if s1 then
-            local rest = math.min(c - math.max(s1, fl), used)
-            p = (used - rest) * (G - r)
-            if p < 4503599627370496 then
-              local q = math.floor(p / G)
-              local rm = p - q * G
-              if rm < 0 then
-                q, rm = q - 1, rm + G
-              elseif rm >= G then
-                q, rm = q + 1, rm - G
-              end
-              if rm > 0 then
-                q = q + 1
-              end
-              used = rest + q
-            else
-              used = nil
-            end
-          else
-            used = nil
-          end
-        end
-      end
-      if used and used + n <= L then
-        redis.call('HSET', H, 'c', c + n)
-        local reset = (N + 1) * G - r
-        if mode == '2' then
-          reset = G - r
-        end
-        return { now, 1, L - used - n, 0, 0, reset, 0, b, 0, 0, 0 }
-      end
-    end
-  end
-end
-
-local slack = tonumber(ARGV[3])
-local M = (#ARGV - 3) / 12
 
 local function fmt(x)
   return string.format('%.0f', x)
@@ -217,16 +134,40 @@ local function ppos(u, n)
   return u, n
 end
 
--- Milliseconds a key must outlive `us` microseconds from now, plus the slack.
-local function ttl(us)
-  return fmt(math.floor(us / 1000) + 1 + slack)
+-- Milliseconds a key of quota q must outlive `us` microseconds from now, plus the slack.
+local function ttl(q, us)
+  return math.floor(us / 1000) + 1 + q.slack
 end
 
--- Every limit: a table with judge(n, peek) -> decision, charge(n), refund(n),
--- release(back, ticket_u, ticket_n), lease_valid() and ticket.
-local function decision(allowed, rem, ru, rn, su, sn)
-  return { allowed = allowed, remaining = rem, ru = ru, rn = rn, su = su, sn = sn }
+-- Writes a state's changed fields (those named in `s.dirty`, and the shape's tag on a key
+-- written for the first time), then the TTL its last change asked for.
+local function flush(s, fields)
+  if s.fresh then
+    fields[#fields + 1] = 'k'
+    fields[#fields + 1] = s.q.kind
+    s.fresh = false
+  end
+  redis.call('HSET', s.H, unpack(fields))
+  s.dirty = false
+  if s.ttl then
+    redis.call('PEXPIRE', s.H, s.ttl)
+    if s.q.mode ~= 4 then
+      redis.call('PEXPIRE', s.Z, s.ttl)
+    end
+    s.ttl = nil
+  end
 end
+
+-- Every rule is a table of functions over a key's state `s`:
+--   open(H, Z, q) -> s     reads the state (a key holding another shape is reset)
+--   at(s)                  places the decision at `now` (s.t: the time judged at)
+--   judge(s, n, peek)      -> allowed, remaining, retry (µs, ns), reset (µs, ns)
+--   charge(s, n)           counts n admitted at s.t (after a judge that admitted it)
+--   refund(s, n) -> freed  frees up to n of the oldest units counted
+--   release(s, back, ticket_u, ticket_n)  removes a charge as if never made
+--   valid(s)               how long a lease taken now may be used, µs (-1: any time)
+--   flush(s)               writes what changed
+-- s.ticket_u, s.ticket_n say where a charge landed (for release).
 
 ------------------------------------------------------------------------------------------
 -- The sliding-window counter (Strict, Weighted) and the fixed window, as the local ring:
@@ -235,279 +176,310 @@ end
 -- "snapshot:bucket"); `fl` is a floor every snapshot is raised to (refunds). The cost in
 -- buckets x ..= b is c − snapshot(x), where snapshot(x) is that of the first bucket ≥ x
 -- that admitted something (c if none): O(log n) whatever N is, and nothing is ever swept.
+--
+-- The two snapshots at the start of the window, read by every decision, are kept in the
+-- hash (`pb cb cs cb2 cs2`: pb < x ≤ cb reads cs, cb < x ≤ cb2 reads cs2; -1 for none),
+-- valid because buckets are only ever written past the newest: an admission in a bucket
+-- already written reads and writes the hash alone.
 ------------------------------------------------------------------------------------------
-local function counter(H, Z, mode, L, G, N, kind)
-  local self = {}
+local counter = {}
+
+function counter.open(H, Z, q)
   local v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
-  local c, f, fl = 0, -1, 0
-  -- The lookup cache (see `snapshot`): pb < x ≤ cb reads cs, cb < x ≤ cb2 reads cs2; -1 for
-  -- none.
-  local pb, cb, cs, cb2, cs2 = -1, -1, 0, -1, 0
-  local fresh = v[1] ~= kind
-  if fresh then
+  local s = { H = H, Z = Z, q = q, c = 0, f = -1, fl = 0, pb = -1, cb = -1, cs = 0, cb2 = -1, cs2 = 0 }
+  s.fresh = v[1] ~= q.kind
+  if s.fresh then
     if v[1] then
       redis.call('DEL', H, Z)
     end
   else
-    c, f, fl = tonumber(v[2]), tonumber(v[3]), tonumber(v[4] or '0')
+    s.c, s.f, s.fl = tonumber(v[2]), tonumber(v[3]), tonumber(v[4] or '0')
     if v[6] then
-      pb, cb, cs, cb2, cs2 = tonumber(v[5]), tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
+      s.pb, s.cb, s.cs, s.cb2, s.cs2 = tonumber(v[5]), tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
     end
   end
-  local cached = false
+  return s
+end
+
+function counter.at(s)
+  local G = s.q.G
   local b, r = idiv(now, G)
   local t = now
-  if b < f then
+  if b < s.f then
     -- A clock older than the newest bucket seen: judged at that bucket's start.
-    b, r, t = f, 0, f * G
+    b, r, t = s.f, 0, s.f * G
   end
-  self.ticket_u, self.ticket_n = b, 0
-  self.t = t
+  s.b, s.r, s.t = b, r, t
+  s.ticket_u, s.ticket_n = b, 0
+  s.memo = nil
+end
 
-  local function member_snapshot(m)
-    return tonumber(string.match(m, '^(%d+):'))
+local function member_snapshot(m)
+  return tonumber(string.match(m, '^(%d+):'))
+end
+
+-- The snapshot of the first bucket ≥ x that admitted something (c if none), raised to the
+-- floor; a lookup at the window's start refills the hash's cache.
+local function snapshot(s, x)
+  if x > s.f then
+    return s.c
   end
-  -- The snapshot of the first bucket ≥ x that admitted something (c if none), raised to the
-  -- floor. The two at the start of the window, read by every decision, are kept in the hash
-  -- (pb, cb, cs, cb2, cs2), valid because buckets are only ever written past the newest: a
-  -- decision then reads the hash and writes it, and the sorted set only when the window's
-  -- start passes a cached bucket.
-  local function snapshot(x)
-    if x > f then
-      return c
-    end
-    local s
-    if cb >= 0 and pb < x and x <= cb then
-      s = cs
-    elseif cb2 >= 0 and cb < x and x <= cb2 then
-      s = cs2
-    elseif x <= b - N + 1 then
-      local e = redis.call('ZRANGEBYSCORE', Z, x, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
-      if e[1] then
-        pb, cb, cs = x - 1, tonumber(e[2]), member_snapshot(e[1])
-        if e[3] then
-          cb2, cs2 = tonumber(e[4]), member_snapshot(e[3])
-        else
-          cb2, cs2 = -1, 0
-        end
-        cached = true
-        s = cs
+  local v
+  if s.cb >= 0 and s.pb < x and x <= s.cb then
+    v = s.cs
+  elseif s.cb2 >= 0 and s.cb < x and x <= s.cb2 then
+    v = s.cs2
+  elseif x <= s.b - s.q.N + 1 then
+    local e = redis.call('ZRANGEBYSCORE', s.Z, x, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+    if e[1] then
+      s.pb, s.cb, s.cs = x - 1, tonumber(e[2]), member_snapshot(e[1])
+      if e[3] then
+        s.cb2, s.cs2 = tonumber(e[4]), member_snapshot(e[3])
       else
-        s = c
+        s.cb2, s.cs2 = -1, 0
       end
+      s.cached = true
+      v = s.cs
     else
-      local e = redis.call('ZRANGEBYSCORE', Z, x, '+inf', 'LIMIT', 0, 1)
-      s = e[1] and member_snapshot(e[1]) or c
+      v = s.c
     end
-    if s < fl then
-      s = fl
-    end
-    return s
+  else
+    local e = redis.call('ZRANGEBYSCORE', s.Z, x, '+inf', 'LIMIT', 0, 1)
+    v = e[1] and member_snapshot(e[1]) or s.c
   end
-  local memo = {}
-  -- tail(j): the cost in buckets b − N + j ..= b, 0 ≤ j ≤ N + 1.
-  local function tail(j)
-    if j > N then
-      return 0
-    end
-    local m = memo[j]
-    if m == nil then
-      m = c - snapshot(b - N + j)
-      memo[j] = m
-    end
-    return m
+  if v < s.fl then
+    v = s.fl
   end
-  -- The first x in lo..hi-1 with pred(x) false (hi if none), pred true then false.
-  local function first_false(lo, hi, pred)
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if pred(mid) then
-        lo = mid + 1
-      else
-        hi = mid
-      end
-    end
-    return lo
-  end
-  local function newest()
-    if tail(N) > 0 then
-      return N + 1
-    end
-    return first_false(0, N, function(j)
-      return tail(j) > 0
-    end)
-  end
-  -- Microseconds from offset r of bucket b to the start of bucket b + j.
-  local function after(j)
-    local a = j * G - r
-    if a < 0 then
-      return 0
-    end
-    return a
-  end
-  local span = (N + 1) * G
+  return v
+end
 
-  local function weighted_used()
-    local all, rest = tail(0), tail(1)
-    if rest > all then
-      rest = all
-    end
-    local oldest = all - rest
-    local q, rm = muldivmod(oldest, G - r, G)
-    if rm > 0 then
-      q = q + 1
-    end
-    return rest + q
+-- tail(j): the cost in buckets b − N + j ..= b, 0 ≤ j ≤ N + 1.
+local function tail(s, j)
+  local N = s.q.N
+  if j > N then
+    return 0
   end
+  local m = s.memo
+  if m == nil then
+    m = {}
+    s.memo = m
+  end
+  local v = m[j]
+  if v == nil then
+    v = s.c - snapshot(s, s.b - N + j)
+    m[j] = v
+  end
+  return v
+end
 
-  function self.judge(n, peek)
-    if mode == 2 then
-      local used = tail(N)
-      local nxt = G - r
-      if used + n > L then
-        return decision(0, math.max(L - used, 0), nxt, 0, nxt, 0)
-      end
-      local charged = peek and 0 or n
-      local reset = (used + charged > 0) and nxt or 0
-      return decision(1, L - used - charged, 0, 0, reset, 0)
-    end
-    local used
-    if mode == 1 then
-      used = weighted_used()
+-- The first x in lo..hi-1 with pred(x) false (hi if none), pred true then false.
+local function first_false(lo, hi, pred)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if pred(mid) then
+      lo = mid + 1
     else
-      used = tail(0)
+      hi = mid
     end
-    if used + n <= L then
-      if peek then
-        return decision(1, L - used, 0, 0, after(newest()), 0)
+  end
+  return lo
+end
+
+-- The first j with nothing in buckets b − N + j ..= b (N + 1 if the newest bucket holds
+-- something).
+local function newest(s)
+  if tail(s, s.q.N) > 0 then
+    return s.q.N + 1
+  end
+  return first_false(0, s.q.N, function(j)
+    return tail(s, j) > 0
+  end)
+end
+
+-- Microseconds from offset r of bucket b to the start of bucket b + j.
+local function after(s, j)
+  local a = j * s.q.G - s.r
+  if a < 0 then
+    return 0
+  end
+  return a
+end
+
+-- The cost each mode's rule counts now.
+-- Strict: buckets b − N ..= b.
+local function strict_used(s)
+  return tail(s, 0)
+end
+-- Weighted: b − N + 1 ..= b, and bucket b − N weighed by (G − r) / G, rounded up.
+local function weighted_used(s)
+  local all, rest = tail(s, 0), tail(s, 1)
+  if rest > all then
+    rest = all
+  end
+  local G = s.q.G
+  local q, rm = muldivmod(all - rest, G - s.r, G)
+  if rm > 0 then
+    q = q + 1
+  end
+  return rest + q
+end
+-- The fixed window: bucket b alone (N = 1).
+local function fixed_used(s)
+  return tail(s, s.q.N)
+end
+
+-- Strict: the first bucket boundary after which the oldest buckets that leave make room.
+local function strict_retry(s, n)
+  local L = s.q.L
+  local j = first_false(1, newest(s), function(x)
+    return tail(s, x) + n > L
+  end)
+  return after(s, j), 0
+end
+
+-- Weighted: in bucket b + j the oldest bucket holds C_j = tail(j) − tail(j + 1) and the rest
+-- S_j = tail(j + 1); with A_j = L − n − S_j ≥ 0 the request fits from offset
+-- G − ⌊A_j·G / C_j⌋ on (in ns: G is whole µs, the offset need not be).
+local function weighted_retry(s, n)
+  local L, G, N, r = s.q.L, s.q.G, s.q.N, s.r
+  local first = first_false(0, math.max(newest(s) - 1, 0), function(x)
+    return tail(s, x + 1) + n > L
+  end)
+  for j = first, N do
+    local rest = tail(s, j + 1)
+    local oldest = tail(s, j) - math.min(rest, tail(s, j))
+    local room = L - n - rest
+    if room >= 0 then
+      local fu, fn = 0, 0
+      if oldest > 0 and room < oldest then
+        -- ⌊A·G·1000 / C⌋ ns = ⌊A·G / C⌋ µs and ⌊1000·(A·G mod C) / C⌋ ns.
+        local q, rm = muldivmod(room, G, oldest)
+        local sub = idiv(rm * 1000, oldest)
+        fu, fn = psub(G, 0, q, sub)
       end
-      return decision(1, L - used - n, 0, 0, span - r, 0)
-    end
-    local nw = newest()
-    local reset = after(nw)
-    local rem = math.max(L - used, 0)
-    if mode == 0 then
-      local j = first_false(1, nw, function(x)
-        return tail(x) + n > L
-      end)
-      return decision(0, rem, after(j), 0, reset, 0)
-    end
-    -- Weighted: in bucket b + j the oldest bucket holds C_j = tail(j) − tail(j + 1) and the
-    -- rest S_j = tail(j + 1); with A_j = L − n − S_j ≥ 0 the request fits from offset
-    -- G − ⌊A_j·G / C_j⌋ on (in ns: G is whole µs, the offset need not be).
-    local first = first_false(0, math.max(nw - 1, 0), function(x)
-      return tail(x + 1) + n > L
-    end)
-    for j = first, N do
-      local rest = tail(j + 1)
-      local oldest = tail(j) - math.min(rest, tail(j))
-      local room = L - n - rest
-      if room >= 0 then
-        local fu, fn = 0, 0
-        if oldest > 0 and room < oldest then
-          -- ⌊A·G·1000 / C⌋ ns = ⌊A·G / C⌋ µs and ⌊1000·(A·G mod C) / C⌋ ns.
-          local q, rm = muldivmod(room, G, oldest)
-          local sub = idiv(rm * 1000, oldest)
-          fu, fn = psub(G, 0, q, sub)
+      if plt(fu, fn, G, 0) then
+        local au, an = padd(j * G - r, 0, fu, fn)
+        if plt(au, an, 0, 1) then
+          au, an = 0, 1
         end
-        if plt(fu, fn, G, 0) then
-          local au, an = padd(j * G - r, 0, fu, fn)
-          if plt(au, an, 0, 1) then
-            au, an = 0, 1
-          end
-          return decision(0, rem, au, an, reset, 0)
-        end
+        return au, an
       end
     end
-    return decision(0, rem, span - r, 0, reset, 0)
   end
+  return (N + 1) * G - r, 0
+end
 
-  local function store(fields)
-    if fresh then
-      table.insert(fields, 'k')
-      table.insert(fields, kind)
-      fresh = false
+function counter.judge(s, n, peek)
+  local q = s.q
+  local L, mode = q.L, q.mode
+  if mode == 2 then
+    local used = fixed_used(s)
+    local nxt = q.G - s.r
+    if used + n > L then
+      return 0, math.max(L - used, 0), nxt, 0, nxt, 0
     end
-    if cached then
-      for _, x in ipairs({ 'pb', pb, 'cb', cb, 'cs', cs, 'cb2', cb2, 'cs2', cs2 }) do
-        table.insert(fields, x)
-      end
-      cached = false
-    end
-    if #fields > 0 then
-      redis.call('HSET', H, unpack(fields))
-    end
+    local charged = peek and 0 or n
+    local reset = (used + charged > 0) and nxt or 0
+    return 1, L - used - charged, 0, 0, reset, 0
   end
-
-  function self.charge(n)
-    local fields = { 'c', c + n }
-    if b > f then
-      redis.call('ZADD', Z, b, fmt(c) .. ':' .. fmt(b))
-      redis.call('ZREMRANGEBYSCORE', Z, '-inf', '(' .. fmt(b - N))
-      table.insert(fields, 'f')
-      table.insert(fields, b)
-      -- The cache must see the new bucket if it ends before it.
-      if cb < 0 then
-        pb, cb, cs, cb2, cs2 = f, b, c, -1, 0
-        cached = true
-      elseif cb2 < 0 then
-        cb2, cs2 = b, c
-        cached = true
-      end
-      f = b
-      store(fields)
-      -- Everything in bucket b has left every window when bucket b + N + 1 starts.
-      local ms = ttl(span - r)
-      redis.call('PEXPIRE', H, ms)
-      redis.call('PEXPIRE', Z, ms)
-    else
-      store(fields)
-    end
-    c = c + n
-    memo = {}
+  local used
+  if mode == 1 then
+    used = weighted_used(s)
+  else
+    used = strict_used(s)
   end
-
-  -- Frees up to n of the oldest units the window counts (the current bucket alone for the
-  -- fixed window) by raising the floor of every snapshot.
-  function self.refund(n)
-    local first = (mode == 2) and b or (b - N)
-    local s = snapshot(first)
-    local take = math.min(n, c - s)
-    if take <= 0 then
-      return 0
+  if used + n <= L then
+    if peek then
+      return 1, L - used, 0, 0, after(s, newest(s)), 0
     end
-    fl = s + take
-    store({ 'fl', fl })
-    memo = {}
-    return take
+    return 1, L - used - n, 0, 0, (q.N + 1) * q.G - s.r, 0
   end
-
-  -- Gives back `back` units charged in bucket `bt`: as if they had never been admitted.
-  function self.release(back, bt)
-    if back <= 0 or fresh or bt < b - N or bt > f then
-      return
-    end
-    local later = redis.call('ZRANGEBYSCORE', Z, '(' .. fmt(bt), '+inf')
-    for _, m in ipairs(later) do
-      local s, x = string.match(m, '^(%d+):(%d+)$')
-      redis.call('ZREM', Z, m)
-      redis.call('ZADD', Z, x, fmt(tonumber(s) - back) .. ':' .. x)
-    end
-    c = c - back
-    if fl > c then
-      fl = c
-    end
-    -- Snapshots moved: the cache starts again from the sorted set.
-    pb, cb, cs, cb2, cs2, cached = -1, -1, 0, -1, 0, true
-    store({ 'c', c, 'fl', fl })
-    memo = {}
+  local ru, rn
+  if mode == 1 then
+    ru, rn = weighted_retry(s, n)
+  else
+    ru, rn = strict_retry(s, n)
   end
+  return 0, math.max(L - used, 0), ru, rn, after(s, newest(s)), 0
+end
 
-  function self.lease_valid()
-    return G - r
+function counter.charge(s, n)
+  local b, q = s.b, s.q
+  if b > s.f then
+    redis.call('ZADD', s.Z, b, fmt(s.c) .. ':' .. fmt(b))
+    redis.call('ZREMRANGEBYSCORE', s.Z, '-inf', '(' .. fmt(b - q.N))
+    -- The cache must see the new bucket if it ends before it.
+    if s.cb < 0 then
+      s.pb, s.cb, s.cs, s.cb2, s.cs2 = s.f, b, s.c, -1, 0
+      s.cached = true
+    elseif s.cb2 < 0 then
+      s.cb2, s.cs2 = b, s.c
+      s.cached = true
+    end
+    s.f = b
+    -- Everything in bucket b has left every window when bucket b + N + 1 starts.
+    s.ttl = ttl(q, (q.N + 1) * q.G - s.r)
   end
+  s.c = s.c + n
+  s.dirty = true
+  s.memo = nil
+end
 
-  return self
+-- Frees up to n of the oldest units the window counts (the current bucket alone for the
+-- fixed window) by raising the floor of every snapshot.
+function counter.refund(s, n)
+  local first = s.b - s.q.N
+  if s.q.mode == 2 then
+    first = s.b
+  end
+  local v = snapshot(s, first)
+  local take = math.min(n, s.c - v)
+  if take <= 0 then
+    return 0
+  end
+  s.fl = v + take
+  s.dirty = true
+  s.memo = nil
+  return take
+end
+
+-- Gives back `back` units charged in bucket `bt`: as if they had never been admitted.
+function counter.release(s, back, bt)
+  if back <= 0 or s.fresh or bt < s.b - s.q.N or bt > s.f then
+    return
+  end
+  local later = redis.call('ZRANGEBYSCORE', s.Z, '(' .. fmt(bt), '+inf')
+  for _, m in ipairs(later) do
+    local v, x = string.match(m, '^(%d+):(%d+)$')
+    redis.call('ZREM', s.Z, m)
+    redis.call('ZADD', s.Z, x, fmt(tonumber(v) - back) .. ':' .. x)
+  end
+  s.c = s.c - back
+  if s.fl > s.c then
+    s.fl = s.c
+  end
+  -- Snapshots moved: the cache starts again from the sorted set.
+  s.pb, s.cb, s.cs, s.cb2, s.cs2, s.cached = -1, -1, 0, -1, 0, true
+  s.dirty = true
+  s.memo = nil
+end
+
+function counter.valid(s)
+  return s.q.G - s.r
+end
+
+function counter.flush(s)
+  if not (s.dirty or s.cached) then
+    return
+  end
+  local fields = { 'c', s.c, 'f', s.f, 'fl', s.fl }
+  if s.cached then
+    for _, x in ipairs({ 'pb', s.pb, 'cb', s.cb, 'cs', s.cs, 'cb2', s.cb2, 'cs2', s.cs2 }) do
+      fields[#fields + 1] = x
+    end
+    s.cached = false
+  end
+  flush(s, fields)
 end
 
 ------------------------------------------------------------------------------------------
@@ -516,46 +488,41 @@ end
 -- time: score = c after its last unit (its "end"), member = the time. Entries ending at or
 -- below g are removed, so the live ones start at rank 0.
 ------------------------------------------------------------------------------------------
-local function log(H, Z, L, W)
-  local self = {}
+local log = {}
+
+function log.open(H, Z, q)
   local v = redis.call('HMGET', H, 'k', 'c', 'g', 'ts')
-  local c, g, ts = 0, 0, -1
-  local fresh = v[1] ~= 'l'
-  if fresh then
+  local s = { H = H, Z = Z, q = q, c = 0, g = 0, ts = -1 }
+  s.fresh = v[1] ~= q.kind
+  if s.fresh then
     if v[1] then
       redis.call('DEL', H, Z)
     end
   else
-    c, g, ts = tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
+    s.c, s.g, s.ts = tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
   end
-  local t = math.max(now, ts)
-  self.t = t
-  self.ticket_u, self.ticket_n = t, 0
+  return s
+end
 
-  local function entry(rank)
-    local e = redis.call('ZRANGE', Z, rank, rank, 'WITHSCORES')
-    if e[1] then
-      return tonumber(e[1]), tonumber(e[2])
-    end
-    return nil
+local function log_entry(s, rank)
+  local e = redis.call('ZRANGE', s.Z, rank, rank, 'WITHSCORES')
+  if e[1] then
+    return tonumber(e[1]), tonumber(e[2])
   end
+  return nil
+end
+
+-- Units that left the window: the entries from rank 0 up to the last expired one.
+function log.at(s)
+  local t = math.max(now, s.ts)
+  s.t = t
+  s.ticket_u, s.ticket_n = t, 0
+  local W = s.q.W
   local function expired(rank)
-    local at = entry(rank)
+    local at = log_entry(s, rank)
     return at ~= nil and at + W <= t
   end
-  local function store(fields)
-    if fresh then
-      table.insert(fields, 'k')
-      table.insert(fields, 'l')
-      fresh = false
-    end
-    redis.call('HSET', H, unpack(fields))
-  end
-  local function trim()
-    redis.call('ZREMRANGEBYSCORE', Z, '-inf', fmt(g))
-  end
-  -- Units that left the window: the entries from rank 0 up to the last expired one.
-  if not fresh and g < c and expired(0) then
+  if not s.fresh and s.g < s.c and expired(0) then
     local lo, hi = 0, 1
     while expired(hi) do
       lo, hi = hi, hi * 2
@@ -568,273 +535,386 @@ local function log(H, Z, L, W)
         hi = mid
       end
     end
-    local _, e = entry(lo)
-    g = math.max(g, e)
-    redis.call('ZREMRANGEBYRANK', Z, 0, lo)
-    store({ 'g', fmt(g) })
+    local _, e = log_entry(s, lo)
+    s.g = math.max(s.g, e)
+    redis.call('ZREMRANGEBYRANK', s.Z, 0, lo)
+    s.dirty = true
   end
-  local within = c - g
+end
 
-  function self.judge(n, peek)
-    if within + n > L then
-      -- The (within + n − L)-th oldest unit must leave.
-      local u = g + within + n - L - 1
-      local e = redis.call('ZRANGEBYSCORE', Z, '(' .. fmt(u), '+inf', 'LIMIT', 0, 1)
-      local retry = tonumber(e[1]) + W - t
-      return decision(0, L - within, retry, 0, ts + W - t, 0)
-    end
-    if peek then
-      local reset = 0
-      if within > 0 then
-        reset = ts + W - t
-      end
-      return decision(1, L - within, 0, 0, reset, 0)
-    end
-    return decision(1, L - within - n, 0, 0, W, 0)
+function log.judge(s, n, peek)
+  local L, W, t = s.q.L, s.q.W, s.t
+  local within = s.c - s.g
+  if within + n > L then
+    -- The (within + n − L)-th oldest unit must leave.
+    local u = s.g + within + n - L - 1
+    local e = redis.call('ZRANGEBYSCORE', s.Z, '(' .. fmt(u), '+inf', 'LIMIT', 0, 1)
+    return 0, L - within, tonumber(e[1]) + W - t, 0, s.ts + W - t, 0
   end
-
-  function self.charge(n)
-    redis.call('ZADD', Z, fmt(c + n), fmt(t))
-    c = c + n
-    ts = t
-    within = within + n
-    store({ 'c', fmt(c), 'ts', fmt(ts), 'g', fmt(g) })
-    local ms = ttl(W)
-    redis.call('PEXPIRE', H, ms)
-    redis.call('PEXPIRE', Z, ms)
+  if peek then
+    local reset = 0
+    if within > 0 then
+      reset = s.ts + W - t
+    end
+    return 1, L - within, 0, 0, reset, 0
   end
+  return 1, L - within - n, 0, 0, W, 0
+end
 
-  function self.refund(n)
-    local take = math.min(n, within)
-    if take <= 0 then
-      return 0
-    end
-    g = g + take
-    within = within - take
-    trim()
-    store({ 'g', fmt(g) })
-    return take
-  end
+function log.charge(s, n)
+  redis.call('ZADD', s.Z, fmt(s.c + n), fmt(s.t))
+  s.c = s.c + n
+  s.ts = s.t
+  s.dirty = true
+  s.ttl = ttl(s.q, s.q.W)
+end
 
-  -- Gives back `back` units admitted at time `at`: the entry of that time loses them, every
-  -- later entry's end moves down by as much.
-  function self.release(back, at)
-    if back <= 0 or fresh then
-      return
-    end
-    local e = redis.call('ZSCORE', Z, fmt(at))
-    if not e then
-      return
-    end
-    local last = tonumber(e)
-    local prev = redis.call('ZREVRANGEBYSCORE', Z, '(' .. fmt(last), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local start = g
-    if prev[2] then
-      start = math.max(start, tonumber(prev[2]))
-    end
-    local later = redis.call('ZRANGEBYSCORE', Z, '(' .. fmt(last), '+inf', 'WITHSCORES')
-    for i = 1, #later, 2 do
-      redis.call('ZADD', Z, fmt(tonumber(later[i + 1]) - back), later[i])
-    end
-    if last - back <= start then
-      redis.call('ZREM', Z, fmt(at))
-    else
-      redis.call('ZADD', Z, fmt(last - back), fmt(at))
-    end
-    c = c - back
-    if g > c then
-      g = c
-    end
-    within = c - g
-    local top = redis.call('ZRANGE', Z, -1, -1)
-    if top[1] then
-      ts = tonumber(top[1])
-    end
-    store({ 'c', fmt(c), 'g', fmt(g), 'ts', fmt(ts) })
-  end
-
-  function self.lease_valid()
+function log.refund(s, n)
+  local take = math.min(n, s.c - s.g)
+  if take <= 0 then
     return 0
   end
+  s.g = s.g + take
+  redis.call('ZREMRANGEBYSCORE', s.Z, '-inf', fmt(s.g))
+  s.dirty = true
+  return take
+end
 
-  return self
+-- Gives back `back` units admitted at time `at`: the entry of that time loses them, every
+-- later entry's end moves down by as much.
+function log.release(s, back, at)
+  if back <= 0 or s.fresh then
+    return
+  end
+  local Z = s.Z
+  local e = redis.call('ZSCORE', Z, fmt(at))
+  if not e then
+    return
+  end
+  local last = tonumber(e)
+  local prev = redis.call('ZREVRANGEBYSCORE', Z, '(' .. fmt(last), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local start = s.g
+  if prev[2] then
+    start = math.max(start, tonumber(prev[2]))
+  end
+  local later = redis.call('ZRANGEBYSCORE', Z, '(' .. fmt(last), '+inf', 'WITHSCORES')
+  for i = 1, #later, 2 do
+    redis.call('ZADD', Z, fmt(tonumber(later[i + 1]) - back), later[i])
+  end
+  if last - back <= start then
+    redis.call('ZREM', Z, fmt(at))
+  else
+    redis.call('ZADD', Z, fmt(last - back), fmt(at))
+  end
+  s.c = s.c - back
+  if s.g > s.c then
+    s.g = s.c
+  end
+  local top = redis.call('ZRANGE', Z, -1, -1)
+  if top[1] then
+    s.ts = tonumber(top[1])
+  end
+  s.dirty = true
+end
+
+function log.valid(s)
+  return 0
+end
+
+function log.flush(s)
+  if s.dirty then
+    flush(s, { 'c', fmt(s.c), 'g', fmt(s.g), 'ts', fmt(s.ts) })
+  end
 end
 
 ------------------------------------------------------------------------------------------
 -- GCRA: the theoretical arrival time as a (µs, ns) pair in the hash (fields u, n).
 ------------------------------------------------------------------------------------------
-local function gcra(H, Z, L, Tu, Tr)
-  local self = {}
+local gcra = {}
+
+function gcra.open(H, Z, q)
   local v = redis.call('HMGET', H, 'k', 'u', 'n')
-  local au, an = 0, 0
-  local fresh = v[1] ~= 'g'
-  if fresh then
+  local s = { H = H, Z = Z, q = q, au = 0, an = 0 }
+  s.fresh = v[1] ~= q.kind
+  if s.fresh then
     if v[1] then
       redis.call('DEL', H, Z)
     end
   else
-    au, an = tonumber(v[2]), tonumber(v[3])
+    s.au, s.an = tonumber(v[2]), tonumber(v[3])
   end
-  local tau_u, tau_n = pmul(L, Tu, Tr)
-  -- A reading older than the state's newest lower bound, TAT − τ, is judged at that bound.
-  local tu, tn = pmax(now, 0, psub(au, an, tau_u, tau_n))
-  self.t = tu
-  local function units(xu, xn)
-    return pdiv(xu, xn, Tu, Tr)
-  end
-  local function room(xu, xn, nu, nn)
-    local top_u, top_n = padd(nu, nn, tau_u, tau_n)
-    local bu, bn = pmax(xu, xn, nu, nn)
-    return units(ppos(psub(top_u, top_n, bu, bn)))
-  end
-  local nu, nn = 0, 0
+  return s
+end
 
-  function self.judge(n, peek)
-    local bu, bn = pmax(au, an, tu, tn)
-    local cu, cn = pmul(n, Tu, Tr)
-    nu, nn = padd(bu, bn, cu, cn)
-    local top_u, top_n = padd(tu, tn, tau_u, tau_n)
-    local wu, wn = ppos(psub(au, an, tu, tn))
-    if not plt(top_u, top_n, nu, nn) then
-      if peek then
-        return decision(1, units(psub(top_u, top_n, bu, bn)), 0, 0, wu, wn)
-      end
-      local su, sn = psub(nu, nn, tu, tn)
-      return decision(1, units(psub(top_u, top_n, nu, nn)), 0, 0, su, sn)
+-- A reading older than the state's newest lower bound, TAT − τ, is judged at that bound.
+function gcra.at(s)
+  local q = s.q
+  s.tu, s.tn = pmax(now, 0, psub(s.au, s.an, q.tau_u, q.tau_n))
+  s.t = s.tu
+  s.ticket_u, s.ticket_n = s.au, s.an
+end
+
+local function gcra_units(q, xu, xn)
+  return pdiv(xu, xn, q.Tu, q.Tr)
+end
+
+-- The units that fit at (xu, xn) with the arrival time at (nu, nn).
+local function gcra_room(q, xu, xn, nu, nn)
+  local top_u, top_n = padd(nu, nn, q.tau_u, q.tau_n)
+  local bu, bn = pmax(xu, xn, nu, nn)
+  return gcra_units(q, ppos(psub(top_u, top_n, bu, bn)))
+end
+
+function gcra.judge(s, n, peek)
+  local q = s.q
+  local au, an, tu, tn = s.au, s.an, s.tu, s.tn
+  local bu, bn = pmax(au, an, tu, tn)
+  local cu, cn = pmul(n, q.Tu, q.Tr)
+  local nu, nn = padd(bu, bn, cu, cn)
+  s.nu, s.nn = nu, nn
+  local top_u, top_n = padd(tu, tn, q.tau_u, q.tau_n)
+  local wu, wn = ppos(psub(au, an, tu, tn))
+  if not plt(top_u, top_n, nu, nn) then
+    if peek then
+      return 1, gcra_units(q, psub(top_u, top_n, bu, bn)), 0, 0, wu, wn
     end
-    local rem = units(ppos(psub(top_u, top_n, bu, bn)))
-    local ru, rn = psub(nu, nn, tau_u, tau_n)
-    ru, rn = psub(ru, rn, tu, tn)
-    return decision(0, rem, ru, rn, wu, wn)
+    local su, sn = psub(nu, nn, tu, tn)
+    return 1, gcra_units(q, psub(top_u, top_n, nu, nn)), 0, 0, su, sn
   end
+  local rem = gcra_units(q, ppos(psub(top_u, top_n, bu, bn)))
+  local ru, rn = psub(nu, nn, q.tau_u, q.tau_n)
+  ru, rn = psub(ru, rn, tu, tn)
+  return 0, rem, ru, rn, wu, wn
+end
 
-  local function store()
-    local fields = { 'u', fmt(au), 'n', fmt(an) }
-    if fresh then
-      table.insert(fields, 'k')
-      table.insert(fields, 'g')
-      fresh = false
-    end
-    redis.call('HSET', H, unpack(fields))
-    local wu = psub(au, an, now, 0)
-    redis.call('PEXPIRE', H, ttl(math.max(wu + 1, 0)))
+-- The arrival time moved to (au, an): written at the flush, with a TTL until it passes.
+local function gcra_moved(s, au, an)
+  s.au, s.an = au, an
+  s.dirty = true
+  s.ttl = ttl(s.q, math.max(psub(au, an, now, 0) + 1, 0))
+end
+
+function gcra.charge(s, n)
+  -- `judge` computed the new arrival time.
+  gcra_moved(s, s.nu, s.nn)
+  s.ticket_u, s.ticket_n = s.au, s.an
+end
+
+function gcra.refund(s, n)
+  if not plt(now, 0, s.au, s.an) then
+    return 0
   end
+  local q = s.q
+  local cu, cn = pmul(n, q.Tu, q.Tr)
+  local xu, xn = pmax(now, 0, psub(s.au, s.an, cu, cn))
+  local freed = gcra_room(q, xu, xn, now, 0) - gcra_room(q, s.au, s.an, now, 0)
+  gcra_moved(s, xu, xn)
+  return freed
+end
 
-  function self.charge(n)
-    -- `judge` computed the new TAT.
-    au, an = nu, nn
-    self.ticket_u, self.ticket_n = au, an
-    store()
+-- Gives back the part of a charge of `back` that wrote arrival time `ticket` and has not
+-- drained.
+function gcra.release(s, back, bu, bn)
+  if back <= 0 or s.fresh then
+    return
   end
-
-  function self.refund(n)
-    if not plt(now, 0, au, an) then
-      return 0
-    end
-    local cu, cn = pmul(n, Tu, Tr)
-    local xu, xn = pmax(now, 0, psub(au, an, cu, cn))
-    local freed = room(xu, xn, now, 0) - room(au, an, now, 0)
-    au, an = xu, xn
-    store()
-    return freed
+  local cu, cn = pmul(back, s.q.Tu, s.q.Tr)
+  local uu, un = ppos(psub(bu, bn, now, 0))
+  if plt(cu, cn, uu, un) then
+    uu, un = cu, cn
   end
-
-  -- Gives back the part of a charge of `back` that wrote TAT `ticket` and has not drained.
-  function self.release(back, bu, bn)
-    if back <= 0 or fresh then
-      return
-    end
-    local cu, cn = pmul(back, Tu, Tr)
-    local uu, un = ppos(psub(bu, bn, now, 0))
-    if plt(cu, cn, uu, un) then
-      uu, un = cu, cn
-    end
-    if uu == 0 and un == 0 then
-      return
-    end
-    au, an = ppos(psub(au, an, uu, un))
-    store()
+  if uu == 0 and un == 0 then
+    return
   end
+  gcra_moved(s, ppos(psub(s.au, s.an, uu, un)))
+end
 
-  function self.lease_valid()
-    return -1
+function gcra.valid(s)
+  return -1
+end
+
+function gcra.flush(s)
+  if s.dirty then
+    flush(s, { 'u', fmt(s.au), 'n', fmt(s.an) })
   end
-
-  self.ticket_u, self.ticket_n = au, an
-  return self
 end
 
 ------------------------------------------------------------------------------------------
-local limits, args = {}, {}
-for i = 1, M do
-  local o = 3 + (i - 1) * 12
-  local a = {}
-  for k = 1, 12 do
-    a[k] = tonumber(ARGV[o + k])
-  end
-  local mode, L, W, G, N, Tu, Tr = a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-  local H, Z = KEYS[2 * i - 1], KEYS[2 * i]
-  if mode <= 2 then
-    limits[i] = counter(H, Z, mode, L, G, N, 'c' .. ARGV[o + 4])
-  elseif mode == 3 then
-    limits[i] = log(H, Z, L, W)
+-- Quotas, as the caller sends them: mode (0 Strict, 1 Weighted, 2 fixed window, 3 exact
+-- log, 4 GCRA), L, W (µs), G (µs), N, Tu, Tr (GCRA's interval T = Tu µs + Tr ns), and the
+-- TTL slack in milliseconds: 8 numbers from args[o + 1].
+------------------------------------------------------------------------------------------
+local RULES = { [0] = counter, [1] = counter, [2] = counter, [3] = log, [4] = gcra }
+
+local function quota(args, o)
+  local q = {}
+  q.mode, q.L, q.W, q.G = tonumber(args[o + 1]), tonumber(args[o + 2]), tonumber(args[o + 3]), tonumber(args[o + 4])
+  q.N, q.Tu, q.Tr, q.slack = tonumber(args[o + 5]), tonumber(args[o + 6]), tonumber(args[o + 7]), tonumber(args[o + 8])
+  q.rule = RULES[q.mode]
+  if q.mode <= 2 then
+    q.kind = 'c' .. args[o + 4]
+  elseif q.mode == 3 then
+    q.kind = 'l'
   else
-    limits[i] = gcra(H, Z, L, Tu, Tr)
+    q.kind = 'g'
+    q.tau_u, q.tau_n = pmul(q.L, q.Tu, q.Tr)
   end
-  args[i] = a
+  return q
 end
 
-local out = { limits[1].t }
-local function emit(lim, d, extra, valid)
-  for _, x in ipairs({ d.allowed, d.remaining, d.ru, d.rn, d.su, d.sn, lim.ticket_u, lim.ticket_n, extra, valid }) do
-    table.insert(out, x)
-  end
+-- The server's time in µs.
+local function server_time()
+  local tm = redis.call('TIME')
+  return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
 
-if op == 'refund' then
-  for i = 1, M do
-    local freed = limits[i].refund(args[i][8])
-    emit(limits[i], limits[i].judge(1, true), freed, 0)
+------------------------------------------------------------------------------------------
+-- decide: KEYS, a state hash and a sorted set per key (sharing its hash tag);
+-- ARGV: the number of quotas Q, Q quotas (8 numbers each), then 4 per decision: the quota's
+-- index, the key's index (1-based), the cost n (0: a peek of cost 1), the time in µs (""
+-- for the server's TIME, read once per call).
+-- Reply: 7 per decision: the time judged at (µs), allowed, remaining, retry (µs, ns), reset
+-- (µs, ns).
+------------------------------------------------------------------------------------------
+local function decide(keys, args)
+  local nq = tonumber(args[1])
+  local quotas = {}
+  for i = 1, nq do
+    quotas[i] = quota(args, 1 + 8 * (i - 1))
   end
-elseif op == 'release' then
-  for i = 1, M do
-    local a = args[i]
-    limits[i].release(a[9], a[10], a[11])
-    emit(limits[i], limits[i].judge(1, true), 0, 0)
+  local server
+  local states, opened, out = {}, {}, {}
+  for e = 2 + 8 * nq, #args, 4 do
+    local q = quotas[tonumber(args[e])]
+    local ki = tonumber(args[e + 1])
+    local n = tonumber(args[e + 2])
+    if args[e + 3] == '' then
+      if server == nil then
+        server = server_time()
+      end
+      now = server
+    else
+      now = tonumber(args[e + 3])
+    end
+    local rule = q.rule
+    local s = states[ki]
+    if s == nil or s.q ~= q then
+      if s ~= nil then
+        s.q.rule.flush(s)
+      end
+      s = rule.open(keys[2 * ki - 1], keys[2 * ki], q)
+      states[ki] = s
+      opened[#opened + 1] = s
+    end
+    rule.at(s)
+    local allowed, rem, ru, rn, su, sn
+    if n == 0 then
+      allowed, rem, ru, rn, su, sn = rule.judge(s, 1, true)
+    else
+      allowed, rem, ru, rn, su, sn = rule.judge(s, n, false)
+      if allowed == 1 then
+        rule.charge(s, n)
+      end
+    end
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = s.t, allowed, rem, ru, rn, su, sn
   end
-elseif op == 'peek' then
-  for i = 1, M do
-    emit(limits[i], limits[i].judge(args[i][8], true), 0, 0)
+  for i = 1, #opened do
+    local s = opened[i]
+    s.q.rule.flush(s)
   end
-elseif op == 'lease' then
-  -- One limit: give back what the previous lease left, then take up to n, if `need` fits.
-  local lim, a = limits[1], args[1]
-  lim.release(a[9], a[10], a[11])
-  local peek = lim.judge(1, true)
-  local k = math.min(a[8], peek.remaining)
-  if k < a[12] then
-    emit(lim, lim.judge(a[12], true), 0, 0)
+  return out
+end
+
+------------------------------------------------------------------------------------------
+-- all: KEYS, a state hash and a sorted set per limit (all in one slot);
+-- ARGV: op, the time in µs ("" = the server's TIME), then 12 per limit: the quota (8
+-- numbers), n, back, ticket_u, ticket_n, need.
+-- ops: check (all limits charged or none), peek, refund (n), release (give back `back`
+-- units charged at the ticket), lease (release, then charge up to n if at least `need`
+-- fits).
+-- Reply: the time judged at (µs), then 10 per limit: allowed, remaining, retry (µs, ns),
+-- reset (µs, ns), ticket (µs or bucket, ns), extra (freed or granted), lease validity (µs).
+------------------------------------------------------------------------------------------
+local function all(keys, args)
+  local op = args[1]
+  if args[2] == '' then
+    now = server_time()
   else
-    local d = lim.judge(k, false)
-    lim.charge(k)
-    emit(lim, d, k, lim.lease_valid())
+    now = tonumber(args[2])
   end
-else
-  -- check: judge every limit; charge all if all admit, none otherwise.
-  local ds, all = {}, true
+  local M = (#args - 2) / 13
+  local limits, a = {}, {}
   for i = 1, M do
-    ds[i] = limits[i].judge(args[i][8], false)
-    if ds[i].allowed == 0 then
-      all = false
+    local o = 2 + (i - 1) * 13
+    local q = quota(args, o)
+    local s = q.rule.open(keys[2 * i - 1], keys[2 * i], q)
+    q.rule.at(s)
+    limits[i] = s
+    a[i] = { n = tonumber(args[o + 9]), back = tonumber(args[o + 10]), tu = tonumber(args[o + 11]),
+      tn = tonumber(args[o + 12]), need = tonumber(args[o + 13]) }
+  end
+
+  local out = { limits[1].t }
+  local function emit(s, extra, valid, allowed, rem, ru, rn, su, sn)
+    for _, x in ipairs({ allowed, rem, ru, rn, su, sn, s.ticket_u, s.ticket_n, extra, valid }) do
+      out[#out + 1] = x
+    end
+  end
+
+  if op == 'refund' then
+    for i = 1, M do
+      local s = limits[i]
+      local freed = s.q.rule.refund(s, a[i].n)
+      emit(s, freed, 0, s.q.rule.judge(s, 1, true))
+    end
+  elseif op == 'release' then
+    for i = 1, M do
+      local s = limits[i]
+      s.q.rule.release(s, a[i].back, a[i].tu, a[i].tn)
+      emit(s, 0, 0, s.q.rule.judge(s, 1, true))
+    end
+  elseif op == 'peek' then
+    for i = 1, M do
+      local s = limits[i]
+      emit(s, 0, 0, s.q.rule.judge(s, a[i].n, true))
+    end
+  elseif op == 'lease' then
+    -- One limit: give back what the previous lease left, then take up to n, if `need` fits.
+    local s, x = limits[1], a[1]
+    local rule = s.q.rule
+    rule.release(s, x.back, x.tu, x.tn)
+    local _, room = rule.judge(s, 1, true)
+    local k = math.min(x.n, room)
+    if k < x.need then
+      emit(s, 0, 0, rule.judge(s, x.need, true))
+    else
+      local allowed, rem, ru, rn, su, sn = rule.judge(s, k, false)
+      rule.charge(s, k)
+      emit(s, k, rule.valid(s), allowed, rem, ru, rn, su, sn)
+    end
+  else
+    -- check: judge every limit; charge all if all admit, none otherwise.
+    local ds, admit = {}, true
+    for i = 1, M do
+      local s = limits[i]
+      ds[i] = { s.q.rule.judge(s, a[i].n, false) }
+      if ds[i][1] == 0 then
+        admit = false
+      end
+    end
+    for i = 1, M do
+      local s = limits[i]
+      if admit then
+        s.q.rule.charge(s, a[i].n)
+      elseif ds[i][1] == 1 then
+        ds[i] = { s.q.rule.judge(s, a[i].n, true) }
+      end
+      emit(s, 0, 0, unpack(ds[i]))
     end
   end
   for i = 1, M do
-    if all then
-      limits[i].charge(args[i][8])
-    elseif ds[i].allowed == 1 then
-      ds[i] = limits[i].judge(args[i][8], true)
-    end
-    emit(limits[i], ds[i], 0, 0)
+    limits[i].q.rule.flush(limits[i])
   end
+  return out
 end
-return out

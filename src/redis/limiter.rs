@@ -4,9 +4,11 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::{Arc, Mutex};
 
+use tokio::time::Instant;
+
 use super::breaker::{Breaker, Pass};
 use super::conn::Connection;
-use super::script::{self, Call, Op, Outcome, Shape, Ticket};
+use super::script::{self, Call, Entry, Invocation, Op, Outcome, Shape, Single, Ticket};
 use super::{Error, lease};
 use crate::clock::Clock;
 use crate::decision::{CostError, Decision};
@@ -151,13 +153,11 @@ pub(crate) struct Inner {
     pub(crate) conn: Connection,
     pub(crate) shape: Shape,
     prefix: String,
-    pub(crate) script: redis::Script,
     deadline: Duration,
     pub(crate) breaker: Breaker,
     policy: Policy,
     pub(crate) fallback: Option<KeyedLimiter<String>>,
     clock: Option<Arc<dyn Clock>>,
-    ttl_slack_ms: u64,
     max_key_len: usize,
     pub(crate) leases: Option<lease::Leases>,
     last_error: Mutex<Option<String>>,
@@ -303,23 +303,36 @@ impl RedisLimiter {
         script::keys(&self.inner.prefix, key)
     }
 
-    /// One script call, with the deadline and the breaker; an error if Redis did not decide.
+    /// One call of the library's `all` (several limits, or an operation other than check and
+    /// peek), within the deadline and through the breaker; an error if Redis did not decide.
     pub(crate) async fn run(
         &self,
         op: Op,
         calls: &[Call<'_>],
     ) -> Result<(u64, Vec<Outcome>), Error> {
-        self.run_at(op, calls, None).await
+        let inv = Invocation::all(op, self.test_time(), calls);
+        let slot = script::slot(&calls[0].keys.0);
+        let shapes: Vec<&Shape> = calls.iter().map(|c| c.shape).collect();
+        self.guarded(Instant::now() + self.inner.deadline, async {
+            let v = self.inner.conn.raw.invoke(Entry::All, &inv, slot).await?;
+            let reply: Vec<i64> = redis::from_redis_value(v).map_err(redis::RedisError::from)?;
+            script::parse(&reply, &shapes)
+        })
+        .await
     }
 
-    /// [`run`](RedisLimiter::run) judging at `at_us` if given (else the test clock's time or
-    /// the server's).
-    async fn run_at(
+    /// The test clock's time in µs, if the limiter has one.
+    fn test_time(&self) -> Option<u64> {
+        self.inner.clock.as_ref().map(|c| c.now().as_u64() / 1000)
+    }
+
+    /// `call`'s answer if it comes by `expires`, asked only if the breaker lets it; a failure
+    /// or a late answer opens the breaker.
+    async fn guarded<T>(
         &self,
-        op: Op,
-        calls: &[Call<'_>],
-        at_us: Option<u64>,
-    ) -> Result<(u64, Vec<Outcome>), Error> {
+        expires: Instant,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
         let pass = self.inner.breaker.pass();
         if pass == Pass::Open {
             // No I/O to wait for: take part in tokio's cooperative budget, or a caller's loop
@@ -328,7 +341,7 @@ impl RedisLimiter {
             tokio::task::coop::consume_budget().await;
             return Err(Error::Unavailable(Degraded::BreakerOpen));
         }
-        match tokio::time::timeout(self.inner.deadline, self.call(op, calls, at_us)).await {
+        match tokio::time::timeout_at(expires, call).await {
             Ok(Ok(out)) => {
                 self.inner.breaker.success(pass);
                 Ok(out)
@@ -355,32 +368,6 @@ impl RedisLimiter {
         }
     }
 
-    /// The script call itself: EVALSHA, and EVAL (which caches the script again) when the
-    /// server answers NOSCRIPT — after a restart, a failover or a `SCRIPT FLUSH`. EVAL runs the
-    /// script it carries, so a flush between the two cannot fail the call.
-    async fn call(
-        &self,
-        op: Op,
-        calls: &[Call<'_>],
-        at_us: Option<u64>,
-    ) -> Result<(u64, Vec<Outcome>), Error> {
-        let now = at_us.or_else(|| self.inner.clock.as_ref().map(|c| c.now().as_u64() / 1000));
-        let inv = script::Invocation::new(op, now, self.inner.ttl_slack_ms, calls);
-        let mut conn = self.inner.conn.clone();
-        let reply: Vec<i64> = match inv
-            .cmd(Some(self.inner.script.get_hash()))
-            .query_async(&mut conn)
-            .await
-        {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                inv.cmd(None).query_async(&mut conn).await?
-            }
-            r => r?,
-        };
-        let shapes: Vec<&Shape> = calls.iter().map(|c| c.shape).collect();
-        script::parse(&reply, &shapes)
-    }
-
     /// Checks cost `n` for `key` judging at `at_micros` (µs since the Unix epoch, or since any
     /// origin all callers share) instead of the server's time, and charges it if admitted:
     /// for replaying recorded traffic (`slidegate simulate --redis`) and for tests. Times
@@ -398,7 +385,8 @@ impl RedisLimiter {
             .await
     }
 
-    /// A single-limit decision through Redis, or the policy's.
+    /// A single-key decision (a check, or a peek): one call of the library's `decide`, or the
+    /// policy's.
     async fn decide(
         &self,
         key: &str,
@@ -417,25 +405,33 @@ impl RedisLimiter {
         op: Op,
         at_us: Option<u64>,
     ) -> Result<RedisDecision, Error> {
-        let call = Call {
+        let peek = op == Op::Peek;
+        let limit = self.inner.shape.quota.limit();
+        let one = Single {
             shape: &self.inner.shape,
-            keys,
-            n,
-            back: 0,
-            ticket: Ticket::default(),
-            need: 0,
+            keys: &keys,
+            n: if peek { 0 } else { n },
+            at_us: at_us.or_else(|| self.test_time()),
         };
-        match self.run_at(op, &[call], at_us).await {
-            Ok((time, out)) => Ok(RedisDecision {
-                decision: out[0].decision,
+        let inv = Invocation::decide([one].into_iter());
+        let asked = self.guarded(Instant::now() + self.inner.deadline, async {
+            let v = (self.inner.conn.raw)
+                .invoke(Entry::Decide, &inv, script::slot(&keys.0))
+                .await?;
+            let reply: Vec<i64> = redis::from_redis_value(v).map_err(redis::RedisError::from)?;
+            let mut out = script::parse_decide(&reply, [limit].into_iter())?;
+            Ok(out.remove(0))
+        });
+        match asked.await {
+            Ok((time, decision)) => Ok(RedisDecision {
+                decision,
                 path: Path::Redis,
                 degraded: None,
                 server_time: time,
             }),
-            Err(Error::Unavailable(why)) => Ok(self.degrade(key, n, op == Op::Peek, why)),
-            Err(e @ Error::Redis(_)) | Err(e @ Error::Reply(_)) => {
-                let _ = e;
-                Ok(self.degrade(key, n, op == Op::Peek, Degraded::Failed))
+            Err(Error::Unavailable(why)) => Ok(self.degrade(key, n, peek, why)),
+            Err(Error::Redis(_) | Error::Reply(_)) => {
+                Ok(self.degrade(key, n, peek, Degraded::Failed))
             }
             Err(e) => Err(e),
         }
@@ -536,7 +532,8 @@ impl RedisLimiterBuilder {
 
     /// The limiter, deciding through `conn`.
     pub fn build(self, conn: &Connection) -> Result<RedisLimiter, Error> {
-        let shape = Shape::of(self.quota)?;
+        let slack_ms = u64::try_from(self.ttl_slack.as_millis()).unwrap_or(u64::MAX);
+        let shape = Shape::of(self.quota, slack_ms)?;
         let q = self.quota;
         let prefix = self.prefix.unwrap_or_else(|| {
             format!(
@@ -570,13 +567,11 @@ impl RedisLimiterBuilder {
                 conn: conn.clone(),
                 shape,
                 prefix,
-                script: redis::Script::new(script::SOURCE),
                 deadline: self.deadline,
                 breaker: Breaker::new(self.cooldown),
                 policy: self.policy,
                 fallback,
                 clock: self.clock,
-                ttl_slack_ms: u64::try_from(self.ttl_slack.as_millis()).unwrap_or(u64::MAX),
                 max_key_len: self.max_key_len,
                 leases,
                 last_error: Mutex::new(None),

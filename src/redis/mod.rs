@@ -5,8 +5,8 @@
 //! [`KeyedLimiter`](crate::KeyedLimiter) does, but keeps each key's state in Redis, so every
 //! process that builds a limiter of the same quota and prefix shares one limit. Every
 //! algorithm is available and decides as the local one does (the same reference model and
-//! property tests hold both): the decision is made by one Lua script per request, which
-//! reads, decides and writes atomically, in one round trip.
+//! property tests hold both): the decision is made by one call of a Lua function per
+//! request, which reads, decides and writes atomically, in one round trip.
 //!
 //! ```no_run
 //! use slidegate::Quota;
@@ -48,9 +48,12 @@
 //! granularity must be whole microseconds.
 //!
 //! # Round trips and connections
-//! One `EVALSHA` per decision; when the server has lost the script (restart, failover,
-//! `SCRIPT FLUSH`) the call is retried as `EVAL`, which carries it, so no caller sees the
-//! error. A [`Connection`] multiplexes: any number of tasks share one TCP connection per
+//! One `FCALL` of slidegate's function library per decision (Redis 7 or later; the library
+//! is loaded when a connection opens, on every Cluster master). When the server has lost it
+//! (restart, failover, `FUNCTION FLUSH`) it is loaded again on that node and the call made
+//! again; nothing ran the first time, so nothing is counted twice, and no caller sees the
+//! error. A server without functions (before Redis 7) gets the same code through `EVALSHA`,
+//! and `EVAL` when its script cache was flushed. A [`Connection`] multiplexes: any number of tasks share one TCP connection per
 //! server.
 //!
 //! # When Redis is slow or down

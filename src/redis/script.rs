@@ -1,12 +1,14 @@
 //! The decision script (`limiter.lua`), its arguments and its reply, and the key layout.
 
+use std::sync::OnceLock;
+
 use redis::cluster_routing::Slot;
 
 use super::Error;
 use crate::decision::Decision;
 use crate::quota::{Mode, Quota};
 
-/// The script: one call reads, decides and writes for one or several limits.
+/// The library's source: every rule, and the two entry points (`decide`, `all`).
 pub(crate) const SOURCE: &str = include_str!("limiter.lua");
 
 /// The longest window the backend counts, in microseconds: `2⁴⁸` µs, about 8.9 years, so
@@ -37,7 +39,8 @@ impl Op {
 }
 
 /// A quota as the script takes it: every duration in whole microseconds (the resolution of
-/// the server's `TIME`), GCRA's interval `T = ⌈W / L⌉` as microseconds and nanoseconds.
+/// the server's `TIME`), GCRA's interval `T = ⌈W / L⌉` as microseconds and nanoseconds, and
+/// the limiter's TTL slack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub(crate) quota: Quota,
@@ -47,10 +50,11 @@ pub(crate) struct Shape {
     buckets: u64,
     interval_us: u64,
     interval_ns: u64,
+    slack_ms: u64,
 }
 
 impl Shape {
-    pub(crate) fn of(quota: Quota) -> Result<Shape, Error> {
+    pub(crate) fn of(quota: Quota, slack_ms: u64) -> Result<Shape, Error> {
         let w = quota.window_nanos();
         let g = quota.granularity_nanos();
         let mode = match quota.mode() {
@@ -87,6 +91,7 @@ impl Shape {
             buckets: quota.buckets(),
             interval_us: interval / 1000,
             interval_ns: interval % 1000,
+            slack_ms,
         })
     }
 
@@ -130,7 +135,7 @@ pub(crate) fn slot(redis_key: &str) -> Slot {
     Slot::for_key(redis_key)
 }
 
-/// One limit of a script call.
+/// One limit of an `all` call.
 #[derive(Clone)]
 pub(crate) struct Call<'a> {
     pub(crate) shape: &'a Shape,
@@ -151,24 +156,135 @@ pub(crate) struct Ticket {
     pub(crate) ns: u64,
 }
 
-/// The script's arguments for `op` on `limits`, at `now_us` (`None`: the server's TIME).
+/// One decision of a `decide` call: a check of cost `n` on one key, or a peek (`n` = 0,
+/// judging a cost of 1), at `at_us` (`None`: the server's TIME).
+#[derive(Clone, Copy)]
+pub(crate) struct Single<'a> {
+    pub(crate) shape: &'a Shape,
+    pub(crate) keys: &'a (String, String),
+    pub(crate) n: u64,
+    pub(crate) at_us: Option<u64>,
+}
+
+/// The library's two entry points (see `limiter.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// A batch of independent single-key decisions.
+    Decide,
+    /// Several limits at once, and the operations other than check and peek.
+    All,
+}
+
+/// The library as the server takes it, in both forms: a Redis 7 function library, and two
+/// scripts for `EVALSHA` on servers without functions. Its names carry a digest of the
+/// source, so processes of different versions sharing a server never call each other's.
+pub(crate) struct Library {
+    /// `FUNCTION LOAD`'s argument.
+    pub(crate) source: String,
+    decide: String,
+    all: String,
+    eval_decide: Eval,
+    eval_all: Eval,
+}
+
+/// A script for `EVAL`, and its digest for `EVALSHA`.
+struct Eval {
+    source: String,
+    sha: String,
+}
+
+impl Eval {
+    fn new(source: String) -> Eval {
+        let sha = redis::Script::new(&source).get_hash().to_owned();
+        Eval { source, sha }
+    }
+}
+
+impl Library {
+    pub(crate) fn get() -> &'static Library {
+        static LIBRARY: OnceLock<Library> = OnceLock::new();
+        LIBRARY.get_or_init(|| {
+            let digest = redis::Script::new(SOURCE).get_hash().to_owned();
+            let name = format!("slidegate_{}", &digest[..16]);
+            let (decide, all) = (format!("{name}_decide"), format!("{name}_all"));
+            Library {
+                source: format!(
+                    "#!lua name={name}\n{SOURCE}\nredis.register_function('{decide}', decide)\n\
+                     redis.register_function('{all}', all)\n"
+                ),
+                decide,
+                all,
+                eval_decide: Eval::new(format!("{SOURCE}\nreturn decide(KEYS, ARGV)\n")),
+                eval_all: Eval::new(format!("{SOURCE}\nreturn all(KEYS, ARGV)\n")),
+            }
+        })
+    }
+
+    /// `FCALL name keys… args…`.
+    pub(crate) fn fcall(&self, entry: Entry, inv: &Invocation) -> redis::Cmd {
+        let mut c = redis::cmd("FCALL");
+        c.arg(match entry {
+            Entry::Decide => &self.decide,
+            Entry::All => &self.all,
+        });
+        inv.append(&mut c);
+        c
+    }
+
+    /// `EVALSHA sha …`, or `EVAL source …` when `cached` is false.
+    pub(crate) fn eval(&self, entry: Entry, inv: &Invocation, cached: bool) -> redis::Cmd {
+        let script = match entry {
+            Entry::Decide => &self.eval_decide,
+            Entry::All => &self.eval_all,
+        };
+        let mut c;
+        if cached {
+            c = redis::cmd("EVALSHA");
+            c.arg(&script.sha);
+        } else {
+            c = redis::cmd("EVAL");
+            c.arg(&script.source);
+        }
+        inv.append(&mut c);
+        c
+    }
+}
+
+/// One argument: a number, or text.
+#[derive(Clone, Debug)]
+pub(crate) enum Arg {
+    Num(u64),
+    Text(&'static str),
+}
+
+impl redis::ToRedisArgs for Arg {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        match self {
+            Arg::Num(n) => n.write_redis_args(out),
+            Arg::Text(t) => t.write_redis_args(out),
+        }
+    }
+}
+
+/// The keys and arguments of one call, for whichever form the server takes.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Invocation {
-    keys: Vec<String>,
-    args: Vec<String>,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<Arg>,
 }
 
 impl Invocation {
-    pub(crate) fn new(op: Op, now_us: Option<u64>, ttl_slack_ms: u64, limits: &[Call<'_>]) -> Self {
-        let mut keys = Vec::with_capacity(2 * limits.len());
-        let mut args = Vec::with_capacity(3 + 12 * limits.len());
-        args.push(op.name().to_owned());
-        args.push(now_us.map(|t| t.to_string()).unwrap_or_default());
-        args.push(ttl_slack_ms.to_string());
-        for l in limits {
-            let s = l.shape;
-            keys.push(l.keys.0.clone());
-            keys.push(l.keys.1.clone());
-            for x in [
+    fn append(&self, cmd: &mut redis::Cmd) {
+        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+    }
+
+    /// A quota's eight numbers (see `limiter.lua`).
+    pub(crate) fn push_shape(&mut self, s: &Shape) {
+        self.args.extend(
+            [
                 u64::from(s.mode),
                 s.quota.limit(),
                 s.window,
@@ -176,34 +292,66 @@ impl Invocation {
                 s.buckets,
                 s.interval_us,
                 s.interval_ns,
-                l.n,
-                l.back,
-                l.ticket.us,
-                l.ticket.ns,
-                l.need,
-            ] {
-                args.push(x.to_string());
-            }
-        }
-        Invocation { keys, args }
+                s.slack_ms,
+            ]
+            .map(Arg::Num),
+        );
     }
 
-    /// `EVALSHA sha …`, or `EVAL source …` without a hash.
-    pub(crate) fn cmd(&self, sha: Option<&str>) -> redis::Cmd {
-        let mut cmd = match sha {
-            Some(sha) => {
-                let mut c = redis::cmd("EVALSHA");
-                c.arg(sha);
-                c
-            }
-            None => {
-                let mut c = redis::cmd("EVAL");
-                c.arg(SOURCE);
-                c
-            }
+    /// `decide`'s keys and arguments for `items`, in order: each distinct key once, each
+    /// distinct quota once.
+    pub(crate) fn decide<'a>(items: impl ExactSizeIterator<Item = Single<'a>>) -> Self {
+        let mut shapes: Vec<&Shape> = Vec::new();
+        let mut keys: Vec<&str> = Vec::with_capacity(items.len());
+        let mut entries = Vec::with_capacity(4 * items.len());
+        let mut inv = Invocation::default();
+        for it in items {
+            let q = match shapes.iter().position(|s| *s == it.shape) {
+                Some(i) => i,
+                None => {
+                    shapes.push(it.shape);
+                    shapes.len() - 1
+                }
+            };
+            let k = match keys.iter().position(|k| *k == it.keys.0) {
+                Some(i) => i,
+                None => {
+                    keys.push(&it.keys.0);
+                    inv.keys.push(it.keys.0.clone());
+                    inv.keys.push(it.keys.1.clone());
+                    keys.len() - 1
+                }
+            };
+            entries.push(Arg::Num(q as u64 + 1));
+            entries.push(Arg::Num(k as u64 + 1));
+            entries.push(Arg::Num(it.n));
+            entries.push(it.at_us.map_or(Arg::Text(""), Arg::Num));
+        }
+        inv.args.reserve(1 + 8 * shapes.len() + entries.len());
+        inv.args.push(Arg::Num(shapes.len() as u64));
+        for s in shapes {
+            inv.push_shape(s);
+        }
+        inv.args.extend(entries);
+        inv
+    }
+
+    /// `all`'s arguments for `op` on `limits`, at `now_us` (`None`: the server's TIME).
+    pub(crate) fn all(op: Op, now_us: Option<u64>, limits: &[Call<'_>]) -> Self {
+        let mut inv = Invocation {
+            keys: Vec::with_capacity(2 * limits.len()),
+            args: Vec::with_capacity(2 + 13 * limits.len()),
         };
-        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
-        cmd
+        inv.args.push(Arg::Text(op.name()));
+        inv.args.push(now_us.map_or(Arg::Text(""), Arg::Num));
+        for l in limits {
+            inv.keys.push(l.keys.0.clone());
+            inv.keys.push(l.keys.1.clone());
+            inv.push_shape(l.shape);
+            inv.args
+                .extend([l.n, l.back, l.ticket.us, l.ticket.ns, l.need].map(Arg::Num));
+        }
+        inv
     }
 }
 
@@ -229,22 +377,11 @@ pub(crate) fn parse(reply: &[i64], shapes: &[&Shape]) -> Result<(u64, Vec<Outcom
             reply.len()
         )));
     }
-    let pos = |x: i64| u64::try_from(x).unwrap_or(0);
-    let nanos = |us: i64, ns: i64| pos(us).saturating_mul(1000).saturating_add(pos(ns));
     let out = shapes
         .iter()
         .zip(reply[1..].chunks_exact(FIELDS))
         .map(|(s, f)| Outcome {
-            decision: if f[0] == 1 {
-                Decision::allowed(s.quota.limit(), pos(f[1]), nanos(f[4], f[5]))
-            } else {
-                Decision::denied(
-                    s.quota.limit(),
-                    pos(f[1]),
-                    nanos(f[2], f[3]),
-                    nanos(f[4], f[5]),
-                )
-            },
+            decision: decision(s.quota.limit(), f),
             ticket: Ticket {
                 us: pos(f[6]),
                 ns: pos(f[7]),
@@ -254,6 +391,43 @@ pub(crate) fn parse(reply: &[i64], shapes: &[&Shape]) -> Result<(u64, Vec<Outcom
         })
         .collect();
     Ok((pos(reply[0]), out))
+}
+
+/// Numbers per decision in `decide`'s reply: the time judged at, then a decision's six.
+const DECIDE_FIELDS: usize = 7;
+
+/// Parses `decide`'s reply for decisions on quotas of `limits` (in call order): each
+/// decision and the time it was judged at (µs).
+pub(crate) fn parse_decide(
+    reply: &[i64],
+    limits: impl ExactSizeIterator<Item = u64>,
+) -> Result<Vec<(u64, Decision)>, Error> {
+    if reply.len() != DECIDE_FIELDS * limits.len() {
+        return Err(Error::Reply(format!(
+            "expected {} numbers from the script, got {}",
+            DECIDE_FIELDS * limits.len(),
+            reply.len()
+        )));
+    }
+    Ok(limits
+        .zip(reply.chunks_exact(DECIDE_FIELDS))
+        .map(|(limit, f)| (pos(f[0]), decision(limit, &f[1..])))
+        .collect())
+}
+
+fn pos(x: i64) -> u64 {
+    u64::try_from(x).unwrap_or(0)
+}
+
+/// A decision from the script's six numbers: allowed, remaining, retry (µs, ns), reset
+/// (µs, ns).
+fn decision(limit: u64, f: &[i64]) -> Decision {
+    let nanos = |us: i64, ns: i64| pos(us).saturating_mul(1000).saturating_add(pos(ns));
+    if f[0] == 1 {
+        Decision::allowed(limit, pos(f[1]), nanos(f[4], f[5]))
+    } else {
+        Decision::denied(limit, pos(f[1]), nanos(f[2], f[3]), nanos(f[4], f[5]))
+    }
 }
 
 #[cfg(test)]
