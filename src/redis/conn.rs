@@ -183,10 +183,9 @@ impl Raw {
     async fn prepare(&mut self) {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(&Library::get().source);
-        if let Err(e) = cmd.query_async::<Value>(self).await
-            && without_functions(&e)
-        {
-            self.eval_only.store(true, Ordering::Relaxed);
+        match cmd.query_async::<Value>(self).await {
+            Err(e) if without_functions(&e) => self.eval_only.store(true, Ordering::Relaxed),
+            _ => {}
         }
     }
 
