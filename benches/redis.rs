@@ -110,7 +110,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// `usec_per_call` of EVALSHA from `INFO commandstats` after `calls` decisions on one key.
+/// `usec_per_call` of FCALL from `INFO commandstats` after `calls` decisions on one key.
 async fn server_cost(
     server: &redis_server::Server,
     limiter: &RedisLimiter,
@@ -125,8 +125,8 @@ async fn server_cost(
     let stats = server.cli(&["INFO", "commandstats"]).unwrap();
     let line = stats
         .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .expect("evalsha ran");
+        .find(|l| l.starts_with("cmdstat_fcall:"))
+        .expect("fcall ran");
     let usec = line
         .split(',')
         .find_map(|f| f.strip_prefix("usec_per_call="))
