@@ -75,11 +75,37 @@ fn routers() -> [(&'static str, Router); 5] {
     ]
 }
 
-fn bench(c: &mut Criterion) {
-    let clients: Vec<HeaderValue> = (0..1000)
+/// The 1,000 client addresses, as the trusted proxy writes them.
+fn clients() -> Vec<HeaderValue> {
+    (0..1000)
         .map(|i| HeaderValue::try_from(format!("10.1.{}.{}", i / 256, i % 256)).unwrap())
-        .collect();
-    let peer = ConnectInfo("127.0.0.1:40000".parse::<SocketAddr>().unwrap());
+        .collect()
+}
+
+/// One request through `service` from client `client`, answered at once.
+fn one_request(
+    service: &mut axum::routing::RouterIntoService<Body>,
+    client: &HeaderValue,
+    cx: &mut Context<'_>,
+) -> http::StatusCode {
+    let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000)));
+    let mut request = Request::get("/")
+        .header("x-forwarded-for", client.clone())
+        .body(Body::empty())
+        .unwrap();
+    request.extensions_mut().insert(peer);
+    let ready = service.ready();
+    let Poll::Ready(Ok(service)) = pin!(ready).poll(cx) else {
+        panic!("router not ready")
+    };
+    match pin!(service.call(request)).poll(cx) {
+        Poll::Ready(response) => response.unwrap().status(),
+        Poll::Pending => panic!("the response was not ready at once"),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let clients = clients();
     let mut group = c.benchmark_group("http_layer");
     for (name, router) in routers() {
         let mut service = router.into_service::<Body>();
@@ -88,26 +114,41 @@ fn bench(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new(name, 1000), |b| {
             b.iter(|| {
                 i = (i + 1) % clients.len();
-                let mut request = Request::get("/")
-                    .header("x-forwarded-for", clients[i].clone())
-                    .body(Body::empty())
-                    .unwrap();
-                request.extensions_mut().insert(peer);
-                let ready = service.ready();
-                let Poll::Ready(Ok(service)) = pin!(ready).poll(&mut cx) else {
-                    panic!("router not ready")
-                };
-                match pin!(service.call(request)).poll(&mut cx) {
-                    Poll::Ready(response) => black_box(response.unwrap().status()),
-                    Poll::Pending => panic!("{name}: the response was not ready at once"),
-                }
+                black_box(one_request(&mut service, &clients[i], &mut cx))
             });
         });
     }
     group.finish();
 }
 
+/// `http_layer loop <router> <requests>`: only that many requests through one router, for
+/// `perf` and `valgrind --tool=callgrind` (instruction counts do not move with the machine's
+/// load). A run of 0 requests is the set-up alone, to subtract.
+fn bare_loop(name: &str, requests: usize) {
+    let (_, router) = routers()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no router {name:?}"));
+    let clients = clients();
+    let mut service = router.into_service::<Body>();
+    let mut cx = Context::from_waker(Waker::noop());
+    for i in 0..requests {
+        black_box(one_request(
+            &mut service,
+            &clients[i % clients.len()],
+            &mut cx,
+        ));
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("loop") {
+        let name = args.get(2).map_or("slidegate", String::as_str);
+        let requests = args.get(3).map_or(Ok(1_000_000), |n| n.parse()).unwrap();
+        bare_loop(name, requests);
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
     c.final_summary();

@@ -252,7 +252,8 @@ pub(crate) mod sealed {
         /// The policy that denied the request, if one did.
         pub(crate) denied_by: Option<usize>,
         pub(crate) retry_after: Duration,
-        /// Per policy, in order; `None` for one the request had no key for.
+        /// Per policy, in order; `None` for one the request had no key for. A single `None`
+        /// for an admitted request checked without `fields`: no header field is written.
         pub(crate) reports: Reports,
         pub(crate) degraded: bool,
     }
@@ -293,8 +294,13 @@ pub(crate) mod sealed {
         type Keys: Send + Sync + 'static;
         fn metas(&self) -> Vec<Meta>;
         fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused>;
-        fn decide(&self, keys: &Self::Keys, cost: u64, len: usize)
-        -> Result<Verdict, LimiterError>;
+        fn decide(
+            &self,
+            keys: &Self::Keys,
+            cost: u64,
+            len: usize,
+            fields: bool,
+        ) -> Result<Verdict, LimiterError>;
     }
 
     /// What the layer needs of the policies it enforces.
@@ -305,13 +311,22 @@ pub(crate) mod sealed {
         fn metas(&self) -> &[Meta];
         /// Extracts every policy's key; `Err` when a policy's missing key denies the request.
         fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused>;
-        /// The verdict now, if every limiter can give it without waiting.
-        fn check_now(&self, keys: &Self::Keys, cost: u64) -> Option<Result<Verdict, LimiterError>>;
-        /// Checks `cost` against every policy that has a key, all or nothing.
+        /// The verdict now, if every limiter can give it without waiting. With `fields`
+        /// false, an admitted request's verdict carries no reports (no header fields will be
+        /// written for it, so the quotas and partition keys are not looked up).
+        fn check_now(
+            &self,
+            keys: &Self::Keys,
+            cost: u64,
+            fields: bool,
+        ) -> Option<Result<Verdict, LimiterError>>;
+        /// Checks `cost` against every policy that has a key, all or nothing; `fields` as for
+        /// `check_now`.
         fn check<'a>(
             &'a self,
             keys: &'a Self::Keys,
             cost: u64,
+            fields: bool,
         ) -> impl Future<Output = Result<Verdict, LimiterError>> + Send + 'a;
     }
 }
@@ -450,17 +465,18 @@ impl<L: Limiter, X> Policy<L, X> {
         }
     }
 
-    /// The verdict of this policy alone.
-    fn verdict(&self, key: &L::Key, checked: Checked) -> Verdict {
+    /// The verdict of this policy alone; its report only for a denial or when `fields`.
+    fn verdict(&self, key: &L::Key, checked: Checked, fields: bool) -> Verdict {
         let d = checked.decision;
         let (denied_by, retry_after, reset) = match d.retry_after() {
             None => (None, Duration::ZERO, d.reset_after()),
             Some(wait) => (Some(0), wait, wait),
         };
+        let report = (fields || denied_by.is_some()).then(|| self.report(key, &d, reset));
         Verdict {
             denied_by,
             retry_after,
-            reports: Reports::One(Some(self.report(key, &d, reset))),
+            reports: Reports::One(report),
             degraded: checked.degraded,
         }
     }
@@ -506,24 +522,30 @@ where
         self.extract_key(0, parts, degraded)
     }
 
-    fn check_now(&self, key: &Option<L::Key>, cost: u64) -> Option<Result<Verdict, LimiterError>> {
+    fn check_now(
+        &self,
+        key: &Option<L::Key>,
+        cost: u64,
+        fields: bool,
+    ) -> Option<Result<Verdict, LimiterError>> {
         let Some(key) = key else {
             return Some(Ok(Verdict::unkeyed()));
         };
         let checked = self.limiter.check_now(key, cost)?;
-        Some(checked.map(|checked| self.verdict(key, checked)))
+        Some(checked.map(|checked| self.verdict(key, checked, fields)))
     }
 
     async fn check<'a>(
         &'a self,
         key: &'a Option<L::Key>,
         cost: u64,
+        fields: bool,
     ) -> Result<Verdict, LimiterError> {
         let Some(key) = key else {
             return Ok(Verdict::unkeyed());
         };
         let checked = self.limiter.check(key, cost).await?;
-        Ok(self.verdict(key, checked))
+        Ok(self.verdict(key, checked, fields))
     }
 }
 
@@ -578,16 +600,22 @@ impl<T: sealed::Tuple> sealed::Enforce for All<T> {
         self.policies.extract(parts, degraded)
     }
 
-    fn check_now(&self, keys: &Self::Keys, cost: u64) -> Option<Result<Verdict, LimiterError>> {
-        Some(self.policies.decide(keys, cost, self.metas.len()))
+    fn check_now(
+        &self,
+        keys: &Self::Keys,
+        cost: u64,
+        fields: bool,
+    ) -> Option<Result<Verdict, LimiterError>> {
+        Some(self.policies.decide(keys, cost, self.metas.len(), fields))
     }
 
     fn check<'a>(
         &'a self,
         keys: &'a Self::Keys,
         cost: u64,
+        fields: bool,
     ) -> impl Future<Output = Result<Verdict, LimiterError>> + Send + 'a {
-        ready(self.policies.decide(keys, cost, self.metas.len()))
+        ready(self.policies.decide(keys, cost, self.metas.len(), fields))
     }
 }
 
@@ -609,7 +637,7 @@ macro_rules! all_of {
                 Ok(($(self.$i.extract_key($i, parts, degraded)?,)+))
             }
 
-            fn decide(&self, keys: &Self::Keys, cost: u64, len: usize) -> Result<Verdict, LimiterError> {
+            fn decide(&self, keys: &Self::Keys, cost: u64, len: usize, fields: bool) -> Result<Verdict, LimiterError> {
                 let handles = ($(keys.$i.as_ref().map(|k| self.$i.limiter.handle(k)),)+);
                 // Index into `limits` → index of the policy.
                 let mut limits: Vec<(&dyn Limit, u64)> = Vec::with_capacity(len);
@@ -623,6 +651,9 @@ macro_rules! all_of {
                 let multi = check_all(&limits)?;
                 let denied_by = multi.denied_by().map(|i| policy_of[i]);
                 let retry_after = multi.retry_after().unwrap_or(Duration::ZERO);
+                if !fields && denied_by.is_none() {
+                    return Ok(Verdict { denied_by, retry_after, reports: Reports::One(None), degraded: false });
+                }
                 // check_all reports the least room left, not each limit's: every policy is
                 // peeked for its own (after the charge when allowed; nothing was charged when
                 // denied). The one that bound a denial reports the wait for the request.

@@ -56,6 +56,7 @@ pub use limiter::{
     PolicyNameError,
 };
 
+use headers::FieldBuf;
 use limiter::{Meta, Verdict};
 use telemetry::Metrics;
 
@@ -261,7 +262,7 @@ pin_project_lite::pin_project! {
         Inner {
             #[pin]
             future: F,
-            fields: Option<Fields>,
+            fields: Fields,
         },
         /// Decided at once and answered by the layer.
         Respond { response: Option<Response<Full<Bytes>>> },
@@ -280,9 +281,7 @@ where
         match self.project().state.project() {
             StateProj::Inner { future, fields } => {
                 let mut response = core::task::ready!(future.poll(cx))?;
-                if let Some(fields) = fields.take() {
-                    fields.add_to(response.headers_mut());
-                }
+                fields.take().add_to(response.headers_mut());
                 Poll::Ready(Ok(response.map(Either::Left)))
             }
             StateProj::Respond { response } => {
@@ -321,11 +320,18 @@ where
         let (parts, body) = req.into_parts();
         let start = self.shared.clock.now();
         let shared = &*self.shared;
-        let span = tracing::debug_span!(
-            target: telemetry::TARGET,
-            "rate_limit",
-            layer = &*shared.metrics.layer
-        );
+        // Only a subscriber that records the span gets one: a disabled span still costs its
+        // `log` fallback (tracing's `log` feature, which axum's defaults turn on) a tenth of
+        // the layer's time per request.
+        let span = if tracing::span_enabled!(target: telemetry::TARGET, tracing::Level::DEBUG) {
+            tracing::debug_span!(
+                target: telemetry::TARGET,
+                "rate_limit",
+                layer = &*shared.metrics.layer
+            )
+        } else {
+            tracing::Span::none()
+        };
         let entered = span.enter();
         let keys = match shared.extract(&parts) {
             Ok(keys) => keys,
@@ -337,8 +343,9 @@ where
                 return self.finish(Outcome::Respond(status_only(status)), parts, body);
             }
         };
+        let fields = shared.headers_on_allowed;
         // In-process limiters decide at once: no future is allocated for the request.
-        if let Some(verdict) = shared.policies.check_now(&keys, shared.cost) {
+        if let Some(verdict) = shared.policies.check_now(&keys, shared.cost, fields) {
             let outcome = shared.conclude(verdict);
             drop(entered);
             shared
@@ -355,7 +362,7 @@ where
         let future = async move {
             let verdict = shared
                 .policies
-                .check(&keys, shared.cost)
+                .check(&keys, shared.cost, fields)
                 .instrument(span)
                 .await;
             let outcome = shared.conclude(verdict);
@@ -367,9 +374,7 @@ where
                 Outcome::Respond(response) => return Ok(response.map(Either::Right)),
             };
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
-            if let Some(fields) = fields {
-                fields.add_to(response.headers_mut());
-            }
+            fields.add_to(response.headers_mut());
             Ok(response.map(Either::Left))
         };
         ResponseFuture {
@@ -382,6 +387,7 @@ where
 
 impl<S, P> RateLimit<S, P> {
     /// The response future for a request decided at once.
+    #[inline(always)]
     fn finish<ReqBody, ResBody>(
         &mut self,
         outcome: Outcome,
@@ -407,22 +413,30 @@ impl<S, P> RateLimit<S, P> {
 /// What the layer does with a request.
 enum Outcome {
     /// Pass it on, adding these fields to the response.
-    Pass(Option<Fields>),
+    Pass(Fields),
     /// Answer it with this response instead.
     Respond(Response<Full<Bytes>>),
 }
 
-/// The rate-limit header fields of one response.
+/// The rate-limit header fields of one response (`Retry-After`, on denials only, is added
+/// where the denial is built: an admitted request's future carries no room for it).
+#[derive(Default)]
 struct Fields {
     policy: Option<HeaderValue>,
     limit: Option<HeaderValue>,
-    retry_after: Option<HeaderValue>,
 }
 
 impl Fields {
+    fn take(&mut self) -> Fields {
+        core::mem::take(self)
+    }
+
     fn add_to(self, headers: &mut HeaderMap) {
+        if self.policy.is_none() && self.limit.is_none() {
+            return;
+        }
         // One growth of the map at most, not one per field.
-        headers.reserve(3);
+        headers.reserve(2);
         // Appended, not inserted: a field another layer wrote stays, and lists split over
         // field lines are one list (RFC 9651 §3.1).
         if let Some(policy) = self.policy {
@@ -430,9 +444,6 @@ impl Fields {
         }
         if let Some(limit) = self.limit {
             headers.append(RATELIMIT, limit);
-        }
-        if let Some(retry) = self.retry_after {
-            headers.insert(RETRY_AFTER, retry);
         }
     }
 }
@@ -456,7 +467,7 @@ impl<P: Policies> Shared<P> {
                 telemetry::limiter_failed(&self.metrics.layer, &error);
                 self.metrics.degraded_limiter();
                 return match self.on_limiter_error {
-                    OnLimiterError::Allow => Outcome::Pass(None),
+                    OnLimiterError::Allow => Outcome::Pass(Fields::default()),
                     OnLimiterError::Deny(status) => Outcome::Respond(status_only(status)),
                 };
             }
@@ -467,47 +478,49 @@ impl<P: Policies> Shared<P> {
         let metas = self.policies.metas();
         let Some(bound) = verdict.denied_by else {
             self.metrics.allowed();
-            return Outcome::Pass(
-                self.headers_on_allowed
-                    .then(|| self.fields(metas, &verdict, false)),
-            );
+            return Outcome::Pass(if self.headers_on_allowed {
+                self.fields(metas, &verdict)
+            } else {
+                Fields::default()
+            });
         };
         let name = &metas[bound].name;
         telemetry::denied(&self.metrics.layer, name, verdict.retry_after, self.shadow);
         self.metrics.denied(bound, self.shadow);
         if self.shadow {
-            return Outcome::Pass(Some(self.fields(metas, &verdict, false)));
+            return Outcome::Pass(self.fields(metas, &verdict));
         }
         let denial = Denial {
             policy: Arc::clone(name),
             retry_after: verdict.retry_after,
         };
         let mut response = (self.denial)(&denial).map(Full::new);
-        self.fields(metas, &verdict, true)
-            .add_to(response.headers_mut());
+        let map = response.headers_mut();
+        map.reserve(3);
+        self.fields(metas, &verdict).add_to(map);
+        map.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after));
         Outcome::Respond(response)
     }
 
     /// The header fields for `verdict`: every policy the request was checked against in
     /// `RateLimit-Policy`; in `RateLimit`, every such policy when admitted, only the policy
     /// that bound it when denied.
-    fn fields(&self, metas: &[Meta], verdict: &Verdict, retry: bool) -> Fields {
-        let limit = headers::build(|out| {
-            for (i, report) in verdict.reports.iter().enumerate() {
-                let Some(r) = report else { continue };
-                if verdict.denied_by.is_none_or(|b| b == i) {
-                    let pk = r.partition.as_deref();
-                    headers::push_limit_item(out, &metas[i].field, r.remaining, r.reset, pk);
-                }
+    fn fields(&self, metas: &[Meta], verdict: &Verdict) -> Fields {
+        let mut out = FieldBuf::new();
+        for (i, report) in verdict.reports.iter().enumerate() {
+            let Some(r) = report else { continue };
+            if verdict.denied_by.is_none_or(|b| b == i) {
+                let pk = r.partition.as_deref();
+                headers::push_limit_item(&mut out, &metas[i].field, r.remaining, r.reset, pk);
             }
-        });
+        }
+        let limit = out.value();
         Fields {
             policy: self
                 .policy_header
                 .then(|| self.policy_field(metas, verdict))
                 .flatten(),
             limit,
-            retry_after: retry.then(|| headers::retry_after(verdict.retry_after)),
         }
     }
 
@@ -526,13 +539,13 @@ impl<P: Policies> Shared<P> {
         if let Some(cached) = self.policy_cache.get().filter(|c| matches(c)) {
             return Some(cached.1.clone());
         }
-        let value = headers::build(|out| {
-            for (i, report) in reports.iter().enumerate() {
-                let Some(r) = report else { continue };
-                let pk = r.partition.as_deref();
-                headers::push_policy_item(out, &metas[i].field, r.limit, r.window, pk);
-            }
-        })?;
+        let mut out = FieldBuf::new();
+        for (i, report) in reports.iter().enumerate() {
+            let Some(r) = report else { continue };
+            let pk = r.partition.as_deref();
+            headers::push_policy_item(&mut out, &metas[i].field, r.limit, r.window, pk);
+        }
+        let value = out.value()?;
         let cacheable = reports
             .iter()
             .all(|r| r.as_ref().is_some_and(|r| r.partition.is_none()));
