@@ -12,12 +12,20 @@
 //! calls the router and polls the response once (every layer and the handler answer at
 //! once); the same for all three, so the differences are what each layer adds.
 //!
+//! The group `http_floor` measures the pieces of that work apart, each against what
+//! tower-governor does for the same piece: the limiter's decision alone (slidegate's
+//! `KeyedLimiter` against governor's DashMap-backed keyed limiter, which tower-governor
+//! uses), the key extraction alone (`ClientIp` behind a trusted proxy against
+//! `SmartIpKeyExtractor`), and the least that writing two header fields can cost (two
+//! integers formatted into one value, one allocation for it, two appends to a response's
+//! map; `fields/none` is the same response without them, to subtract).
+//!
 //! ```text
 //! cargo bench --features axum --bench http_layer
 //! ```
 
 use std::hint::black_box;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -27,14 +35,14 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use criterion::{BenchmarkId, Criterion};
-use http::{HeaderValue, Request};
-use slidegate::http::key::{ClientIp, ProxyHeader};
+use http::{HeaderName, HeaderValue, Request};
+use slidegate::http::key::{ClientIp, KeyExtractor, ProxyHeader};
 use slidegate::http::{Policy, RateLimitLayer};
 use slidegate::{KeyedLimiter, Quota};
 use tower::{Service, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::SmartIpKeyExtractor;
+use tower_governor::key_extractor::{KeyExtractor as _, SmartIpKeyExtractor};
 
 fn routers() -> [(&'static str, Router); 5] {
     let hello = || Router::new().route("/", get(|| async { "hello" }));
@@ -141,6 +149,108 @@ fn bare_loop(name: &str, requests: usize) {
     }
 }
 
+/// The pieces of a layer's work, one at a time (see the crate documentation above).
+fn floor(c: &mut Criterion) {
+    let clients = clients();
+    let ips: Vec<IpAddr> = clients
+        .iter()
+        .map(|c| c.to_str().unwrap().parse().unwrap())
+        .collect();
+    let mut group = c.benchmark_group("http_floor");
+
+    let quota = Quota::new(1_000_000, Duration::from_secs(1)).unwrap();
+    let ours = KeyedLimiter::builder(quota).max_keys(100_000).build();
+    let theirs = governor::RateLimiter::keyed(governor::Quota::per_second(
+        core::num::NonZeroU32::new(1_000_000).unwrap(),
+    ));
+    let mut i = 0;
+    group.bench_function("decision/slidegate", |b| {
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            black_box(ours.check(&ips[i]).is_allowed())
+        });
+    });
+    group.bench_function("decision/governor", |b| {
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            black_box(theirs.check_key(&ips[i]).is_ok())
+        });
+    });
+
+    let requests: Vec<Request<()>> = clients
+        .iter()
+        .map(|client| {
+            let mut request = Request::get("/")
+                .header("x-forwarded-for", client.clone())
+                .body(())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
+            request
+        })
+        .collect();
+    let parts: Vec<http::request::Parts> = requests
+        .iter()
+        .map(|r| {
+            let mut p = Request::get("/").body(()).unwrap().into_parts().0;
+            p.headers = r.headers().clone();
+            p.extensions = r.extensions().clone();
+            p
+        })
+        .collect();
+    let key = ClientIp::new()
+        .behind_proxies(ProxyHeader::XForwardedFor, ["127.0.0.1"])
+        .unwrap();
+    group.bench_function("key/slidegate", |b| {
+        b.iter(|| {
+            i = (i + 1) % parts.len();
+            black_box(key.extract(&parts[i]).ok())
+        });
+    });
+    group.bench_function("key/tower_governor", |b| {
+        b.iter(|| {
+            i = (i + 1) % requests.len();
+            black_box(SmartIpKeyExtractor.extract(&requests[i]).ok())
+        });
+    });
+
+    let policy = HeaderValue::from_static("\"per-ip\";q=1000000;w=1");
+    let ratelimit_policy = HeaderName::from_static("ratelimit-policy");
+    let ratelimit = HeaderName::from_static("ratelimit");
+    group.bench_function("fields/none", |b| {
+        b.iter(|| black_box(axum::response::IntoResponse::into_response("hello")));
+    });
+    let mut remaining = 1_000_000u64;
+    group.bench_function("fields/floor", |b| {
+        b.iter(|| {
+            let mut response = axum::response::IntoResponse::into_response("hello");
+            remaining = remaining.checked_sub(1).unwrap_or(1_000_000);
+            let mut text = [0u8; 48];
+            let head = b"\"per-ip\";r=";
+            text[..head.len()].copy_from_slice(head);
+            let mut len = head.len();
+            for (prefix, value) in [(&b""[..], remaining), (&b";t="[..], 1)] {
+                text[len..len + prefix.len()].copy_from_slice(prefix);
+                len += prefix.len();
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(value).as_bytes();
+                text[len..len + digits.len()].copy_from_slice(digits);
+                len += digits.len();
+            }
+            let headers = response.headers_mut();
+            headers.reserve(2);
+            headers.append(ratelimit_policy.clone(), policy.clone());
+            headers.append(
+                ratelimit.clone(),
+                HeaderValue::from_bytes(&text[..len]).unwrap(),
+            );
+            black_box(response)
+        });
+    });
+    group.finish();
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("loop") {
@@ -151,5 +261,6 @@ fn main() {
     }
     let mut c = Criterion::default().configure_from_args();
     bench(&mut c);
+    floor(&mut c);
     c.final_summary();
 }

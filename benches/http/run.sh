@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# HTTP load benchmark: an axum hello-world three ways in one run — no limiter, slidegate's
-# layer keyed by client IP, tower-governor's layer keyed the same way — under wrk. Every
+# HTTP load benchmark: an axum hello-world five ways in one run — no limiter, slidegate's
+# layer keyed by client IP with and without its header fields on admitted responses,
+# tower-governor's layer keyed the same way without and with its headers — under wrk. Every
 # request carries an X-Forwarded-For address from a pool of 1,000 (one load generator as
 # 1,000 clients behind a trusted proxy); every request is admitted.
 #
@@ -82,11 +83,11 @@ measure() {
 # One benchmark at a time on this machine: hold the lock to the end.
 exec 9>/tmp/slidegate-bench.lock
 flock 9
-modes=(none slidegate governor)
+modes=(none slidegate slidegate_no_headers governor governor_headers)
 echo "rustc processes running at the start: $(pgrep -c rustc || true)"
 for round in $(seq "$rounds"); do
-    for k in 0 1 2; do
-        mode=${modes[$(( (k + round) % 3 ))]}
+    for k in "${!modes[@]}"; do
+        mode=${modes[$(( (k + round) % ${#modes[@]} ))]}
         measure "$mode"
         echo "round $round: $(tail -n1 "$work/results")"
     done
@@ -105,8 +106,14 @@ print(f"\nwrk -t1 -c{sys.argv[4]} -d{sys.argv[2]}s, {sys.argv[3]} rounds, median
       "server on core 0, wrk on core 1; 1,000 X-Forwarded-For clients")
 print("| server | requests/s | p50 | p99 | server CPU per request | throughput vs none | p50 vs none | CPU vs none |")
 print("|---|---|---|---|---|---|---|---|")
-names = {"none": "no limiter", "slidegate": "slidegate `RateLimitLayer`", "governor": "tower-governor `GovernorLayer`"}
-for m in ["none", "slidegate", "governor"]:
+names = {
+    "none": "no limiter",
+    "slidegate": "slidegate `RateLimitLayer`",
+    "slidegate_no_headers": "slidegate, `headers_on_allowed(false)`",
+    "governor": "tower-governor `GovernorLayer`",
+    "governor_headers": "tower-governor, `use_headers()`",
+}
+for m in ["none", "slidegate", "slidegate_no_headers", "governor", "governor_headers"]:
     rps, p50, p99, cpu = med[m]
     print(f"| {names[m]} | {rps:,.0f} | {p50:.0f} µs | {p99:.0f} µs | {cpu:.2f} µs | "
           f"{(rps / base[0] - 1) * 100:+.1f}% | {(p50 / base[1] - 1) * 100:+.1f}% | "

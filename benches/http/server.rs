@@ -3,8 +3,12 @@
 //! `X-Forwarded-For`.
 //!
 //! ```text
-//! http_bench <none|slidegate|governor> <port>
+//! http_bench <none|slidegate|slidegate_no_headers|governor|governor_headers> <port>
 //! ```
+//!
+//! `slidegate_no_headers` is slidegate with `headers_on_allowed(false)`, `governor_headers`
+//! tower-governor with `use_headers()`: each layer with and without its fields on admitted
+//! responses.
 //!
 //! One tokio thread, so that `taskset` can give the server one core and the load generator
 //! the other. The limits are high enough that every request is admitted: the benchmark
@@ -29,24 +33,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new().route("/", get(|| async { "hello" }));
     let app = match mode.as_str() {
         "none" => app,
-        "slidegate" => {
+        "slidegate" | "slidegate_no_headers" => {
             let quota = Quota::new(1_000_000, Duration::from_secs(1))?;
             let limiter = KeyedLimiter::builder(quota).max_keys(100_000).build();
             let key = ClientIp::new().behind_proxies(ProxyHeader::XForwardedFor, ["127.0.0.1"])?;
-            app.layer(RateLimitLayer::new(
-                Policy::new("per-ip", limiter)?.key(key),
-            ))
+            let layer = RateLimitLayer::new(Policy::new("per-ip", limiter)?.key(key))
+                .headers_on_allowed(mode == "slidegate");
+            app.layer(layer)
         }
-        "governor" => {
-            let config = GovernorConfigBuilder::default()
-                .per_nanosecond(1_000)
-                .burst_size(1_000_000)
-                .key_extractor(SmartIpKeyExtractor)
-                .finish()
-                .ok_or("bad governor configuration")?;
-            app.layer(GovernorLayer::new(config))
+        "governor" | "governor_headers" => {
+            let mut config = GovernorConfigBuilder::default().key_extractor(SmartIpKeyExtractor);
+            config.per_nanosecond(1_000).burst_size(1_000_000);
+            let bad = "bad governor configuration";
+            if mode == "governor" {
+                app.layer(GovernorLayer::new(config.finish().ok_or(bad)?))
+            } else {
+                app.layer(GovernorLayer::new(
+                    config.use_headers().finish().ok_or(bad)?,
+                ))
+            }
         }
-        other => return Err(format!("mode {other:?}: none, slidegate or governor").into()),
+        other => return Err(format!(
+            "mode {other:?}: none, slidegate, slidegate_no_headers, governor or governor_headers"
+        )
+        .into()),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

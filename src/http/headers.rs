@@ -101,6 +101,7 @@ impl FieldBuf {
 }
 
 impl FieldOut for FieldBuf {
+    #[inline]
     fn put(&mut self, ascii: &[u8]) {
         if self.heap.is_empty() {
             let end = self.len + ascii.len();
@@ -131,28 +132,19 @@ pub(crate) fn push_byte_sequence<W: FieldOut + ?Sized>(out: &mut W, bytes: &[u8]
     out.put(b":");
 }
 
-/// `;name=value`, digits written by hand: `write!` through `fmt` cost a tenth of the
-/// layer's time per request.
+/// `;name=value`, the digits by `itoa`: `write!` through `fmt` cost a tenth of the layer's
+/// time per request.
 fn push_integer<W: FieldOut + ?Sized>(out: &mut W, name: &[u8], value: u64) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(value.min(SF_INTEGER_MAX)).as_bytes();
     // `;`, the name (one letter), `=` and up to 15 digits, written at once.
-    let mut text = [0u8; 24];
-    let mut start = text.len();
-    let mut v = value.min(SF_INTEGER_MAX);
-    loop {
-        start -= 1;
-        text[start] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    start -= 1;
-    text[start] = b'=';
-    start -= name.len();
-    text[start..start + name.len()].copy_from_slice(name);
-    start -= 1;
-    text[start] = b';';
-    out.put(&text[start..]);
+    let mut text = [0u8; 20];
+    let head = name.len() + 2;
+    text[0] = b';';
+    text[1..head - 1].copy_from_slice(name);
+    text[head - 1] = b'=';
+    text[head..head + digits.len()].copy_from_slice(digits);
+    out.put(&text[..head + digits.len()]);
 }
 
 /// One member of `RateLimit-Policy`: `"name";q=limit;w=window[;pk=:…:]`.
