@@ -21,6 +21,10 @@ pub struct Algorithm {
     pub quota: Quota,
     /// Whether the granularity is a parameter of the algorithm (shown in the table).
     pub bucketed: bool,
+    /// For a bucketed algorithm, the place of its granularity in the list it came from (the
+    /// defaults, or `--granularity`), whether or not the others of the list apply: what keeps
+    /// its colour in the chart from one run to the next. 0 for the others.
+    pub rank: usize,
 }
 
 impl Algorithm {
@@ -41,24 +45,25 @@ pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorit
     let window = base.window();
     let mut quotas = Vec::new();
     if granularities.is_empty() {
-        for n in DEFAULT_BUCKETS {
+        for (rank, n) in DEFAULT_BUCKETS.into_iter().enumerate() {
             let window_ns = window.as_nanos();
             if window_ns % u128::from(n) == 0 {
-                quotas.push(base.with_granularity(window / n as u32)?);
+                quotas.push((rank, base.with_granularity(window / n as u32)?));
             }
         }
     } else {
-        for &g in granularities {
-            quotas.push(base.with_granularity(g)?);
+        for (rank, &g) in granularities.iter().enumerate() {
+            quotas.push((rank, base.with_granularity(g)?));
         }
     }
     let mut out = Vec::new();
     for (mode, name) in [(Mode::Strict, "Strict"), (Mode::Weighted, "Weighted")] {
-        for q in &quotas {
+        for &(rank, q) in &quotas {
             out.push(Algorithm {
                 name,
                 quota: q.with_mode(mode),
                 bucketed: true,
+                rank,
             });
         }
     }
@@ -72,6 +77,7 @@ pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorit
             // FixedWindow sets its granularity to the window; the others have none.
             quota: base.with_mode(mode),
             bucketed: false,
+            rank: 0,
         });
     }
     Ok(out)
@@ -487,6 +493,18 @@ mod tests {
             .collect();
         // 30 ns: N = 1 and 10 divide it, 60 does not.
         assert_eq!(names[..2], [("Strict", 1), ("Strict", 10)]);
+        // Each keeps the rank (and so the chart colour) it has when all three apply.
+        let ranks = |base: Quota| -> Vec<(u64, usize)> {
+            algorithms(base, &[])
+                .unwrap()
+                .iter()
+                .filter(|a| a.bucketed)
+                .map(|a| (a.quota.buckets(), a.rank))
+                .collect()
+        };
+        let all = Quota::new(5, Duration::from_secs(60)).unwrap();
+        assert_eq!(ranks(all)[..3], [(1, 0), (10, 1), (60, 2)]);
+        assert_eq!(ranks(base)[..2], [(1, 0), (10, 1)]);
         let err = algorithms(base, &[Duration::from_nanos(7)]).unwrap_err();
         assert!(err.to_string().contains("does not divide"), "{err}");
     }

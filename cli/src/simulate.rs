@@ -29,13 +29,14 @@ const BINS: usize = 600;
 /// `slidegate simulate`, printing to `out`.
 pub fn simulate(args: &Simulate, out: &mut impl Write) -> Result<(), Failure> {
     let started = Instant::now();
+    chart::check_path(&args.chart).map_err(Failure::usage)?;
     let algorithms = plan(args)?;
     let window = nanos(args.window);
     let (trace, source) = load(args, window)?;
     let (first, last) = span(&trace, &source)?;
     write_header(out, args, &trace, &source, (first, last))?;
     let keys = run::by_key(&trace);
-    let key = chart_key(args, &trace, &keys)?;
+    let key = chart_key(args, &trace, &keys, &source)?;
     warn_of_memory(&algorithms, &trace);
     let mut entries = replay_all(&trace, &algorithms)?;
     if let Some(url) = &args.redis {
@@ -111,9 +112,9 @@ fn write_header(
 ) -> Result<(), Failure> {
     writeln!(
         out,
-        "slidegate simulate: {source}: {} requests, {} keys over {:.1} s; quota L = {} per {}",
-        trace.requests.len(),
-        trace.keys.len(),
+        "slidegate simulate: {source}: {}, {} over {:.1} s; quota L = {} per {}",
+        count(trace.requests.len(), "request"),
+        count(trace.keys.len(), "key"),
         (last - first) as f64 / 1e9,
         args.limit,
         report::duration(args.window),
@@ -121,8 +122,8 @@ fn write_header(
     if !trace.bad_lines.is_empty() {
         writeln!(
             out,
-            "skipped {} bad lines (--skip-bad-lines):",
-            trace.bad_lines.len()
+            "skipped {} (--skip-bad-lines):",
+            count(trace.bad_lines.len(), "bad line")
         )?;
         for e in trace.bad_lines.iter().take(5) {
             writeln!(out, "  {e}")?;
@@ -134,15 +135,36 @@ fn write_header(
     Ok(())
 }
 
+/// `n` and `noun`, plural unless `n` is 1: "1 request", "3 keys".
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// The key the chart follows: `--chart-key`, else the key with the most requests (the
 /// first such key on a tie).
-fn chart_key(args: &Simulate, trace: &Trace, keys: &[Vec<u32>]) -> Result<usize, Failure> {
+fn chart_key(
+    args: &Simulate,
+    trace: &Trace,
+    keys: &[Vec<u32>],
+    source: &str,
+) -> Result<usize, Failure> {
     match &args.chart_key {
-        Some(k) => trace
-            .keys
-            .iter()
-            .position(|x| x == k)
-            .ok_or_else(|| Failure::usage(format!("--chart-key \"{k}\" is not in the trace"))),
+        Some(k) => trace.keys.iter().position(|x| x == k).ok_or_else(|| {
+            let some: Vec<String> = trace
+                .keys
+                .iter()
+                .take(3)
+                .map(|k| format!("\"{k}\""))
+                .collect();
+            Failure::usage(format!(
+                "--chart-key \"{k}\" is not a key of {source} (its keys include {})",
+                some.join(", ")
+            ))
+        }),
         None => Ok((0..keys.len())
             .max_by_key(|&k| (keys[k].len(), std::cmp::Reverse(k)))
             .unwrap_or(0)),
@@ -171,6 +193,8 @@ fn warn_of_memory(algorithms: &[Algorithm], trace: &Trace) {
 struct Entry {
     name: String,
     label: String,
+    mode: slidegate::Mode,
+    rank: usize,
     granularity: String,
     bytes_per_key: usize,
     reference: bool,
@@ -200,6 +224,8 @@ fn replay_all(trace: &Trace, algorithms: &[Algorithm]) -> Result<Vec<Entry>, Fai
         entries.push(Entry {
             name: a.name.to_owned(),
             label: label(a),
+            mode: a.quota.mode(),
+            rank: a.rank,
             granularity: if a.bucketed {
                 format!(
                     "{} (N={})",
@@ -232,6 +258,8 @@ fn replay_on_redis(
             Ok(replay) => entries.push(Entry {
                 name: format!("Redis {}", a.name),
                 label: format!("Redis {}", label(a)),
+                mode: a.quota.mode(),
+                rank: a.rank,
                 granularity: entries[index].granularity.clone(),
                 bytes_per_key: entries[index].bytes_per_key,
                 reference: false,
@@ -295,8 +323,11 @@ fn draw_chart(
     source: &str,
 ) -> Result<(), Failure> {
     let window = nanos(args.window);
-    // BINS · width > last − first: the last request falls inside the last bin.
-    let width = (last - first) / BINS as u64 + 1;
+    // To one window after the last request, when every line is back at 0: the chart shows
+    // the whole life of each admission. BINS · width > end − first: the end falls inside the
+    // last bin.
+    let end = last.saturating_add(window);
+    let width = (end - first) / BINS as u64 + 1;
     // The chart shows the local limiters; Redis rows decide alike.
     let series: Vec<chart::Series> = entries
         .iter()
@@ -311,6 +342,8 @@ fn draw_chart(
             chart::Series {
                 label: e.label.clone(),
                 peaks: run::trailing_peaks(&points, window, first, width, BINS),
+                mode: e.mode,
+                rank: e.rank,
             }
         })
         .collect();

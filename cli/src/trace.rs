@@ -109,11 +109,29 @@ pub enum Problem {
     MissingKey,
     EmptyKey,
     TooManyFields(usize),
-    Timestamp { text: String, why: NumberError },
-    Cost { text: String },
+    Timestamp {
+        text: String,
+        why: NumberError,
+    },
+    Cost {
+        text: String,
+    },
     CostRejected(CostError),
-    OutOfOrder { previous: u64, this: u64 },
-    TooLate { first: u64, this: u64 },
+    /// A cost above the limit, as written (it may not fit in any integer type).
+    CostAboveLimit {
+        text: String,
+        limit: u64,
+    },
+    /// A field in double quotes: the format has no quoting.
+    Quoted,
+    OutOfOrder {
+        previous: u64,
+        this: u64,
+    },
+    TooLate {
+        first: u64,
+        this: u64,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -128,6 +146,15 @@ impl fmt::Display for Problem {
             Problem::Timestamp { text, why } => write!(f, "timestamp \"{text}\" {why}"),
             Problem::Cost { text } => write!(f, "cost \"{text}\" is not a whole number ≥ 1"),
             Problem::CostRejected(e) => write!(f, "{e}"),
+            Problem::CostAboveLimit { text, limit } => write!(
+                f,
+                "cost {text} is above the limit {limit} and can never be admitted"
+            ),
+            Problem::Quoted => write!(
+                f,
+                "a field is in quotes; write `timestamp,key[,cost]` without them (a key is \
+                 any text without a comma)"
+            ),
             Problem::OutOfOrder { previous, this } => write!(
                 f,
                 "timestamp {} is earlier than the previous request's {}; \
@@ -314,6 +341,9 @@ fn parse_line(
     last: Option<u64>,
 ) -> Result<(u64, &str, u32), Problem> {
     let fields: Vec<&str> = text.split(',').map(str::trim).collect();
+    if fields.iter().any(|f| f.starts_with('"')) {
+        return Err(Problem::Quoted);
+    }
     if fields.len() > 3 {
         return Err(Problem::TooManyFields(fields.len()));
     }
@@ -329,7 +359,15 @@ fn parse_line(
         None => 1,
         Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
             // Digits that overflow u64 are still a whole number: above any limit.
-            text.parse::<u64>().unwrap_or(u64::MAX)
+            match text.parse::<u64>() {
+                Ok(cost) if cost <= limit => cost,
+                _ => {
+                    return Err(Problem::CostAboveLimit {
+                        text: (*text).to_owned(),
+                        limit,
+                    });
+                }
+            }
         }
         Some(text) => {
             return Err(Problem::Cost {
@@ -339,12 +377,6 @@ fn parse_line(
     };
     if cost == 0 {
         return Err(Problem::CostRejected(CostError::Zero));
-    }
-    if cost > limit {
-        return Err(Problem::CostRejected(CostError::ExceedsLimit {
-            cost,
-            limit,
-        }));
     }
     if let Some(previous) = last.filter(|&p| p > at) {
         return Err(Problem::OutOfOrder { previous, this: at });
@@ -503,8 +535,24 @@ mod tests {
                 "{text:?}: got {got:?}, want {want:?}"
             );
         }
+        // A cost too large for any integer is reported as written, not as a saturated value.
         let huge = read_str("1,a,99999999999999999999999\n", 10).unwrap_err();
-        assert!(huge.starts_with("line 1: cost 18446744073709551615 is above the limit 10"));
+        assert_eq!(
+            huge,
+            "line 1: cost 99999999999999999999999 is above the limit 10 and can never be admitted"
+        );
+        // Quoted fields (a spreadsheet's export) say what to write instead.
+        for quoted in [
+            "\"1.5\",\"a\"\n",
+            "1.5,\"a\"\n",
+            "\"timestamp\",\"key\"\n1,a\n",
+        ] {
+            let got = read_str(quoted, 10).unwrap_err();
+            assert!(
+                got.starts_with("line 1: a field is in quotes; write `timestamp,key[,cost]`"),
+                "{quoted:?}: {got}"
+            );
+        }
         let not_utf8 = read(&b"1,a\n1,\xff\n"[..], 10, false)
             .unwrap_err()
             .to_string();

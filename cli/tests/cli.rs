@@ -271,8 +271,22 @@ fn bad_arguments_are_the_library_config_errors_not_panics() {
         &["simulate", "--chart-key", "nobody", "--duration", "1s"],
     );
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--chart-key \"nobody\" is not in the trace"));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--chart-key \"nobody\" is not a key of scenario mixed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(its keys include \""), "{stderr}");
     assert!(!text(&out.stdout).contains("| algorithm"));
+    // A chart in a directory that does not exist fails before the run, in one sentence.
+    let out = slidegate(&dir.0, &["simulate", "--chart", "no/such/dir/x.svg"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "error: --chart no/such/dir/x.svg: the directory no/such/dir does not exist"
+    );
+    assert!(text(&out.stdout).is_empty(), "the run started");
     // clap's own checks: a bad duration, a missing file.
     let out = slidegate(&dir.0, &["simulate", "--window", "60"]);
     assert_eq!(out.status.code(), Some(2));
@@ -379,7 +393,7 @@ fn unix_timestamps_give_the_same_table_as_timestamps_from_zero() {
         "{stderr}"
     );
     let out = replay(&dir.0, &trace, &["--skip-bad-lines"]);
-    assert!(succeeded(&out).contains("skipped 1 bad lines"));
+    assert!(succeeded(&out).contains("skipped 1 bad line (--skip-bad-lines)"));
 }
 
 #[test]
@@ -410,6 +424,35 @@ fn a_byte_order_mark_before_the_header_is_ignored() {
         row(&table(&succeeded(&out)), "ExactLog", "")[REQUESTS],
         "80"
     );
+}
+
+/// One request of one key: the header speaks in the singular, and the chart runs on for a
+/// window after the request, to where every line is back at zero.
+#[test]
+fn one_request_reads_as_one() {
+    let dir = TempDir::new("one");
+    let trace = dir.file("one.csv", "0,solo\n");
+    let out = replay(&dir.0, &trace, &["--limit", "5", "--window", "10s"]);
+    let stdout = succeeded(&out);
+    assert!(
+        stdout.contains(": 1 request, 1 key over 0.0 s;"),
+        "{stdout}"
+    );
+    let svg = std::fs::read_to_string(dir.0.join("slidegate-simulate.svg")).unwrap();
+    let texts: Vec<&str> = svg
+        .split("<text")
+        .skip(1)
+        .filter_map(|t| t.split('>').nth(1)?.split('<').next())
+        .map(str::trim)
+        .collect();
+    // Every algorithm admits the one request: each line after the first says which it
+    // equals, instead of hiding under it.
+    assert!(
+        texts.contains(&"Weighted N=1 (same as Strict N=1)"),
+        "{texts:?}"
+    );
+    // The x axis runs to 10 s, the window after the request, where every line is back at 0.
+    assert!(texts.contains(&"10"), "{texts:?}");
 }
 
 #[test]
