@@ -92,9 +92,10 @@ fn bytes_per_key(buckets: u64) -> Result<(), slidegate::ConfigError> {
     }
     let after = rss();
     println!(
-        "  N = {buckets:>2}: {:.0} bytes per key (u64 keys; target 8·(N+1) + 40 = {})",
+        "  N = {buckets:>2}: {:.0} bytes per key (u64 keys; of which the state, \
+         Quota::bytes_per_key: {})",
         (after.saturating_sub(before)) as f64 / KEYS as f64,
-        8 * (buckets + 1) + 40
+        quota.bytes_per_key()
     );
     drop(limiter);
     Ok(())
