@@ -14,6 +14,7 @@ use redis::{
 };
 
 use super::Error;
+use super::batch::{self, Batches};
 use super::script::{Entry, Invocation, Library};
 
 /// A connection slidegate decides through: one server or one Cluster.
@@ -26,6 +27,8 @@ use super::script::{Entry, Invocation, Library};
 #[derive(Clone)]
 pub struct Connection {
     pub(crate) raw: Raw,
+    /// The queue of single-key decisions, sent in batches (see `batch.rs`).
+    pub(crate) batches: Batches,
 }
 
 /// The connection to the server or Cluster, and how it calls the library.
@@ -104,7 +107,8 @@ impl Connection {
     }
 
     fn from(raw: Raw) -> Connection {
-        Connection { raw }
+        let batches = batch::start(raw.clone());
+        Connection { raw, batches }
     }
 
     pub(crate) fn id(&self) -> usize {

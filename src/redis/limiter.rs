@@ -4,12 +4,13 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::breaker::{Breaker, Pass};
 use super::conn::Connection;
-use super::script::{self, Call, Entry, Invocation, Op, Outcome, Shape, Single, Ticket};
-use super::{Error, lease};
+use super::script::{self, Call, Entry, Invocation, Op, Outcome, Shape, Ticket};
+use super::{Error, batch, lease};
 use crate::clock::Clock;
 use crate::decision::{CostError, Decision};
 use crate::keyed::KeyedLimiter;
@@ -385,8 +386,8 @@ impl RedisLimiter {
             .await
     }
 
-    /// A single-key decision (a check, or a peek): one call of the library's `decide`, or the
-    /// policy's.
+    /// A single-key decision (a check, or a peek) through the connection's batches (see
+    /// `batch.rs`), or the policy's.
     async fn decide(
         &self,
         key: &str,
@@ -406,21 +407,20 @@ impl RedisLimiter {
         at_us: Option<u64>,
     ) -> Result<RedisDecision, Error> {
         let peek = op == Op::Peek;
-        let limit = self.inner.shape.quota.limit();
-        let one = Single {
-            shape: &self.inner.shape,
-            keys: &keys,
+        let expires = Instant::now() + self.inner.deadline;
+        let (reply, answer) = oneshot::channel();
+        let request = batch::Request {
+            shape: self.inner.shape,
+            keys,
             n: if peek { 0 } else { n },
             at_us: at_us.or_else(|| self.test_time()),
+            expires,
+            reply,
         };
-        let inv = Invocation::decide([one].into_iter());
-        let asked = self.guarded(Instant::now() + self.inner.deadline, async {
-            let v = (self.inner.conn.raw)
-                .invoke(Entry::Decide, &inv, script::slot(&keys.0))
-                .await?;
-            let reply: Vec<i64> = redis::from_redis_value(v).map_err(redis::RedisError::from)?;
-            let mut out = script::parse_decide(&reply, [limit].into_iter())?;
-            Ok(out.remove(0))
+        let asked = self.guarded(expires, async {
+            let gone = || Error::Unavailable(Degraded::Failed);
+            self.inner.conn.batches.send(request).map_err(|_| gone())?;
+            answer.await.map_err(|_| gone())?
         });
         match asked.await {
             Ok((time, decision)) => Ok(RedisDecision {

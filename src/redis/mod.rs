@@ -70,6 +70,7 @@
 //! ([`RedisLimiterBuilder::leases`]) let a process admit from a slice of a hot key's window
 //! it took in one round trip (see `lease.rs` for the protocol and the bound).
 
+mod batch;
 mod breaker;
 mod conn;
 #[cfg(feature = "tower")]

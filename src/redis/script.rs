@@ -1,5 +1,6 @@
 //! The decision script (`limiter.lua`), its arguments and its reply, and the key layout.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use redis::cluster_routing::Slot;
@@ -298,11 +299,11 @@ impl Invocation {
         );
     }
 
-    /// `decide`'s keys and arguments for `items`, in order: each distinct key once, each
-    /// distinct quota once.
+    /// `decide`'s keys and arguments for `items`, in order: each distinct key once (its
+    /// index is 1-based, as Lua's), each distinct quota once.
     pub(crate) fn decide<'a>(items: impl ExactSizeIterator<Item = Single<'a>>) -> Self {
         let mut shapes: Vec<&Shape> = Vec::new();
-        let mut keys: Vec<&str> = Vec::with_capacity(items.len());
+        let mut keys: HashMap<&str, usize> = HashMap::with_capacity(items.len());
         let mut entries = Vec::with_capacity(4 * items.len());
         let mut inv = Invocation::default();
         for it in items {
@@ -313,17 +314,13 @@ impl Invocation {
                     shapes.len() - 1
                 }
             };
-            let k = match keys.iter().position(|k| *k == it.keys.0) {
-                Some(i) => i,
-                None => {
-                    keys.push(&it.keys.0);
-                    inv.keys.push(it.keys.0.clone());
-                    inv.keys.push(it.keys.1.clone());
-                    keys.len() - 1
-                }
-            };
+            let k = *keys.entry(&it.keys.0).or_insert_with(|| {
+                inv.keys.push(it.keys.0.clone());
+                inv.keys.push(it.keys.1.clone());
+                inv.keys.len() / 2
+            });
             entries.push(Arg::Num(q as u64 + 1));
-            entries.push(Arg::Num(k as u64 + 1));
+            entries.push(Arg::Num(k as u64));
             entries.push(Arg::Num(it.n));
             entries.push(it.at_us.map_or(Arg::Text(""), Arg::Num));
         }
