@@ -11,7 +11,10 @@
 //! - A descriptor that matches no rule, a rule marked unlimited, or a rule another matched
 //!   rule `replaces` is answered OK with no limit; so is every descriptor of an unknown
 //!   domain (the reference service's answer).
-//! - A cost above a rule's limit could never be admitted: OVER_LIMIT with no retry time.
+//! - A cost above a rule's limit could never be admitted: OVER_LIMIT with no retry time. So
+//!   is a rule and key the request lists several times (two equal descriptors, a rule named
+//!   twice) whose costs sum above the limit: the library charges a limit listed twice the
+//!   sum.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -179,6 +182,8 @@ pub(crate) struct Status {
     /// is above the limit).
     pub(crate) retry_after: Option<Duration>,
     key: String,
+    /// What the request charges this rule and key is above its limit.
+    never: bool,
 }
 
 /// The answer to a check.
@@ -629,15 +634,22 @@ async fn decide(
             reset_after: Duration::ZERO,
             retry_after: None,
             key,
+            never: false,
         })
         .collect();
     let mut enforcing = Vec::new();
     let mut never = false;
-    for (i, s) in statuses.iter().enumerate() {
-        if let Some(r) = s.which.as_ref().map(|w| w.get(set))
-            && !r.spec.shadow
-        {
-            if cost > r.spec.quota.limit() {
+    for i in 0..statuses.len() {
+        let Some((limit, shadow)) = statuses[i]
+            .which
+            .as_ref()
+            .map(|w| (w.get(set).spec.quota.limit(), w.get(set).spec.shadow))
+        else {
+            continue;
+        };
+        statuses[i].never = charged(&statuses, i, cost) > limit;
+        if !shadow {
+            if statuses[i].never {
                 never = true;
             } else {
                 enforcing.push(i);
@@ -687,8 +699,7 @@ async fn decide(
             continue;
         };
         let r = which.get(set);
-        let limit = r.spec.quota.limit();
-        if cost > limit {
+        if s.never {
             // Never admitted: over (or, in shadow, would be), with no time to wait.
             let d = peek(&r.limiter, &s.key).await?;
             s.remaining = d.remaining();
@@ -727,6 +738,25 @@ async fn decide(
         statuses,
         retry_after: if allowed { None } else { retry },
     })
+}
+
+/// What the request charges status `i`'s rule and key: its cost for each status with the
+/// same rule and key.
+fn charged(statuses: &[Status], i: usize, cost: u64) -> u64 {
+    let s = &statuses[i];
+    if statuses.len() == 1 {
+        return cost;
+    }
+    let same = |t: &Status| {
+        t.key == s.key
+            && match (&t.which, &s.which) {
+                (Some(Which::Rule(a)), Some(Which::Rule(b))) => a == b,
+                (Some(Which::Override(a)), Some(Which::Override(b))) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    };
+    let times = statuses.iter().filter(|t| same(t)).count();
+    cost.saturating_mul(times as u64)
 }
 
 fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
@@ -1021,6 +1051,101 @@ rule = "trial"
             assert!(!o.statuses[1].over);
             assert_eq!(o.statuses[1].remaining, 5);
         });
+    }
+
+    /// A rule and key listed twice is charged the sum (the library's `check_all`); a sum
+    /// above the limit is never admitted. It panicked the decision ("in-memory limiters
+    /// never fail") when the sum went to `check_all`, which refuses it as a cost error.
+    #[test]
+    fn a_rule_and_key_listed_twice_is_charged_the_sum() {
+        let (e, _clock) = engine(RULES);
+        let twice = descriptors(&[&[("user", "a")], &[("user", "a")]]);
+        assert_eq!(
+            check(&e, &twice, 1).unwrap(),
+            (
+                true,
+                vec![st("user", false, false, 1), st("user", false, false, 1)]
+            )
+        );
+        e.decide_local(&twice, 2, |_, o| {
+            let o = o.unwrap();
+            assert!(!o.allowed && o.retry_after.is_none());
+            assert!(o.statuses.iter().all(|s| s.over && s.retry_after.is_none()));
+            assert_eq!(o.statuses[0].remaining, 1, "nothing charged");
+        });
+        let named_twice = Request::Key {
+            key: "b",
+            rules: Some(vec!["user", "user"]),
+        };
+        assert!(!check(&e, &named_twice, 2).unwrap().0);
+        assert_eq!(
+            check(&e, &named_twice, 1).unwrap(),
+            (
+                true,
+                vec![st("user", false, false, 1), st("user", false, false, 1)]
+            )
+        );
+        // The same value under another rule, or another value, is another limit.
+        let apart = descriptors(&[&[("user", "c")], &[("tenant", "c")], &[("user", "d")]]);
+        assert!(check(&e, &apart, 3).unwrap().0);
+    }
+
+    /// One request cannot make the server build huge keys, many descriptors or many
+    /// override rules: each bound is a 400 naming the field.
+    #[test]
+    fn requests_beyond_the_bounds_are_invalid() {
+        let (e, _clock) = engine(RULES);
+        let field = |r: &Request<'_>| check(&e, r, 1).unwrap_err().field;
+        let long = "x".repeat(MAX_KEY_BYTES);
+        assert_eq!(
+            field(&Request::Key {
+                key: &long,
+                rules: None
+            }),
+            "key"
+        );
+        assert!(
+            check(
+                &e,
+                &Request::Key {
+                    key: &long[1..],
+                    rules: None
+                },
+                1
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            field(&descriptors(&[&[("user", &long)]])),
+            "descriptors[0].entries"
+        );
+        let one: &[(&str, &str)] = &[("user", "u")];
+        assert_eq!(
+            field(&descriptors(&vec![one; MAX_DESCRIPTORS + 1])),
+            "descriptors"
+        );
+        assert!(check(&e, &descriptors(&vec![one; MAX_DESCRIPTORS]), 1).is_ok());
+        let deep = vec![("k", "v"); MAX_ENTRIES + 1];
+        assert_eq!(
+            field(&descriptors(&[&[("user", "u")], &deep])),
+            "descriptors[1].entries"
+        );
+        let own = |limit: u64| Request::Descriptors {
+            domain: "api",
+            descriptors: vec![Descriptor {
+                entries: vec![("user", "o")],
+                limit: Some((limit, Duration::from_secs(1))),
+            }],
+        };
+        for limit in 1..=MAX_OVERRIDES as u64 {
+            assert!(check(&e, &own(limit), 1).is_ok());
+        }
+        let err = check(&e, &own(MAX_OVERRIDES as u64 + 1), 1).unwrap_err();
+        assert_eq!(err.field, "descriptors[0].limit");
+        assert!(err.message.contains("distinct limit overrides"), "{err:?}");
+        // An override already made is still served.
+        assert!(check(&e, &own(1), 1).is_ok());
+        assert_eq!(field(&own(0)), "descriptors[0].limit");
     }
 
     #[test]
