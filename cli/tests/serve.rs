@@ -406,6 +406,18 @@ async fn http_answers_allowed_denied_shadowed_unknown_and_malformed() {
         "the bad batch charged nothing"
     );
 
+    let many = format!(r#"{{"requests": [{}]}}"#, vec!["{}"; 1001].join(","));
+    let (status, _, body) = post(&c, &batch, &many).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("requests")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("more than 1000"),
+        "{body}"
+    );
+
     // Health, readiness, metrics.
     assert_eq!(
         c.get(server.url("/healthz")).send().await.unwrap().status(),

@@ -270,14 +270,6 @@ impl Engine {
         matches!(self.backend, Backend::Redis { .. })
     }
 
-    /// Whether `request` can be decided (a batch checks every request before deciding any).
-    pub(crate) fn validate(&self, request: &Request<'_>, cost: u64) -> Result<(), Invalid> {
-        self.rules
-            .load()
-            .resolve(request, cost, &self.backend)
-            .map(|_| ())
-    }
-
     /// Decides in memory, synchronously: `render` gets the rules the decision used.
     pub(crate) fn decide_local<R>(
         &self,
@@ -308,6 +300,35 @@ impl Engine {
         };
         let outcome = decide(&set, items, cost).await;
         (set, Ok(outcome))
+    }
+
+    /// Decides a batch against one rule set. Every request is resolved (and so checked)
+    /// before any is decided: a bad request decides none, with its index, and a reload in
+    /// between cannot make a request invalid after others were charged.
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn decide_batch(
+        &self,
+        requests: &[(Request<'_>, u64)],
+    ) -> (
+        Arc<RuleSet>,
+        Result<Result<Vec<Outcome>, StoreError>, (usize, Invalid)>,
+    ) {
+        let set = self.rules.load_full();
+        let mut resolved = Vec::with_capacity(requests.len());
+        for (i, (request, cost)) in requests.iter().enumerate() {
+            match set.resolve(request, *cost, &self.backend) {
+                Ok(items) => resolved.push((items, *cost)),
+                Err(e) => return (set, Err((i, e))),
+            }
+        }
+        let mut outcomes = Vec::with_capacity(resolved.len());
+        for (items, cost) in resolved {
+            match decide(&set, items, cost).await {
+                Ok(o) => outcomes.push(o),
+                Err(e) => return (set, Ok(Err(e))),
+            }
+        }
+        (set, Ok(Ok(outcomes)))
     }
 
     /// The in-memory rules' key counts, for the metrics.

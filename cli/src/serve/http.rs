@@ -391,14 +391,7 @@ fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answe
             error(StatusCode::BAD_REQUEST, &e.field, &e.message),
             Answer::Invalid,
         ),
-        Err(Failure::Store(e)) => (
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "",
-                &format!("the limit store failed: {}", e.0),
-            ),
-            Answer::Error,
-        ),
+        Err(Failure::Store(e)) => (store_failed(&e), Answer::Error),
     }
 }
 
@@ -423,65 +416,48 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
             &format!("more than {MAX_BATCH} requests in one batch"),
         );
     }
-    // Every request is checked before any is decided: a batch with a bad request decides
-    // nothing.
     let mut requests = Vec::with_capacity(body.requests.len());
     for (i, r) in body.requests.iter().enumerate() {
-        match r
-            .request()
-            .and_then(|(req, cost)| api.engine.validate(&req, cost).map(|()| (req, cost)))
-        {
+        match r.request() {
             Ok(r) => requests.push(r),
-            Err(e) => {
-                api.metrics.record(Answer::Invalid, started.elapsed());
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("requests[{i}].{}", e.field),
-                    &e.message,
-                );
-            }
+            Err(e) => return invalid_in_batch(&api, started, i, &e),
         }
     }
-    #[derive(Serialize)]
-    struct Results {
-        results: Vec<serde_json::Value>,
-    }
-    let mut results = Vec::with_capacity(requests.len());
-    for (i, (request, cost)) in requests.iter().enumerate() {
-        let value = if api.engine.is_redis() {
-            let (set, outcome) = api.engine.decide_remote(request, *cost).await;
-            match outcome {
-                Ok(Ok(o)) => Ok(serde_json::to_value(reply(&set, &o)).unwrap_or_default()),
-                Ok(Err(e)) => Err(Failure::Store(e)),
-                Err(e) => Err(Failure::Invalid(e)),
+    let (set, outcomes) = api.engine.decide_batch(&requests).await;
+    match outcomes {
+        Ok(Ok(outcomes)) => {
+            #[derive(Serialize)]
+            struct Results<'a> {
+                results: Vec<Reply<'a>>,
             }
-        } else {
-            api.engine.decide_local(request, *cost, |set, outcome| {
-                outcome
-                    .map(|o| serde_json::to_value(reply(set, &o)).unwrap_or_default())
-                    .map_err(Failure::Invalid)
-            })
-        };
-        match value {
-            Ok(v) => results.push(v),
-            Err(Failure::Invalid(e)) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("requests[{i}].{}", e.field),
-                    &e.message,
-                );
-            }
-            Err(Failure::Store(e)) => {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "",
-                    &format!("the limit store failed: {}", e.0),
-                );
-            }
+            let results = outcomes.iter().map(|o| reply(&set, o)).collect();
+            api.metrics.record(Answer::Ok, started.elapsed());
+            json(StatusCode::OK, &Results { results })
         }
+        Ok(Err(e)) => {
+            api.metrics.record(Answer::Error, started.elapsed());
+            store_failed(&e)
+        }
+        Err((i, e)) => invalid_in_batch(&api, started, i, &e),
     }
-    api.metrics.record(Answer::Ok, started.elapsed());
-    json(StatusCode::OK, &Results { results })
+}
+
+/// A batch with a bad request: nothing decided, a 400 naming the request and its field.
+fn invalid_in_batch(api: &Api, started: Instant, i: usize, e: &Invalid) -> Response {
+    api.metrics.record(Answer::Invalid, started.elapsed());
+    error(
+        StatusCode::BAD_REQUEST,
+        &format!("requests[{i}].{}", e.field),
+        &e.message,
+    )
+}
+
+fn store_failed(e: &StoreError) -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "",
+        &format!("the limit store failed: {}", e.0),
+    )
 }
 
 /// The no-op endpoint of the benchmarks: the same body read and parsed, a fixed answer.
