@@ -5,9 +5,10 @@
 //! A charge tries the ring's fast path first ([`charge_fast`]: the clock in the newest
 //! bucket, the oldest snapshot current, the cost admitted), and otherwise goes on with the
 //! general loop ([`charge_loop`]) from the loads the fast path made, so a check makes the same
-//! atomic accesses either way. The limiters call these two directly, each keeping the fast
-//! path inline and the loop out of line; through one more layer of dispatch the check
-//! stopped being inlined. Peeks and reservations go through [`decide`].
+//! atomic accesses either way. The limiters call them without going through the state's
+//! dispatch, through which the check stopped being inlined: the direct limiter calls the two
+//! itself, keeping the fast path inline and the loop out of line; the keyed limiter calls
+//! [`charge`]. Peeks and reservations go through [`decide`].
 
 use crate::algo::Op;
 use crate::algo::sliding_counter::CounterRule;

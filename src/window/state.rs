@@ -4,8 +4,8 @@
 //! Each algorithm's atomic protocol lives in its own module ([`ring`](super::ring) with
 //! [`counter`], [`log`](super::log), [`gcra`](super::gcra)); this module only
 //! dispatches. The counter's charge is not routed through here: the limiters call
-//! [`counter::charge_fast`] and [`counter::charge_loop`] themselves, because through one more
-//! layer the check stopped being inlined.
+//! [`counter::charge`] (the keyed limiter) or its two halves (the direct limiter) themselves,
+//! because through one more layer the check stopped being inlined.
 
 use core::mem;
 
