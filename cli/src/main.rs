@@ -12,10 +12,6 @@
 //! cargo run --release -- simulate --trace requests.csv --limit 100 --window 60s
 //! ```
 
-// tonic raised the MSRV to 1.88, where clippy prefers `is_multiple_of` to the simulator's
-// `x % n == 0`.
-#![allow(clippy::manual_is_multiple_of)]
-
 mod chart;
 mod generate;
 mod redis;

@@ -47,7 +47,7 @@ pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorit
     if granularities.is_empty() {
         for (rank, n) in DEFAULT_BUCKETS.into_iter().enumerate() {
             let window_ns = window.as_nanos();
-            if window_ns % u128::from(n) == 0 {
+            if window_ns.is_multiple_of(u128::from(n)) {
                 quotas.push((rank, base.with_granularity(window / n as u32)?));
             }
         }

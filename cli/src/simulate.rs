@@ -190,19 +190,36 @@ fn warn_of_memory(algorithms: &[Algorithm], trace: &Trace) {
 }
 
 /// One replayed algorithm, ready for the table and the chart.
-struct Entry {
-    name: String,
-    label: String,
-    mode: slidegate::Mode,
-    rank: usize,
-    granularity: String,
-    bytes_per_key: usize,
-    reference: bool,
+struct Entry<'a> {
+    algorithm: &'a Algorithm,
+    /// Replayed through the Redis backend rather than the local limiter.
+    redis: bool,
     replay: run::Replay,
 }
 
+impl Entry<'_> {
+    /// The table's name: "Strict", "Redis Strict".
+    fn name(&self) -> String {
+        if self.redis {
+            format!("Redis {}", self.algorithm.name)
+        } else {
+            self.algorithm.name.to_owned()
+        }
+    }
+
+    /// The table's granularity column: empty for the algorithms without buckets.
+    fn granularity(&self) -> String {
+        let q = self.algorithm.quota;
+        if self.algorithm.bucketed {
+            format!("{} (N={})", report::duration(q.granularity()), q.buckets())
+        } else {
+            String::new()
+        }
+    }
+}
+
 /// Replays `trace` through every algorithm, with a progress bar on a terminal for long runs.
-fn replay_all(trace: &Trace, algorithms: &[Algorithm]) -> Result<Vec<Entry>, Failure> {
+fn replay_all<'a>(trace: &Trace, algorithms: &'a [Algorithm]) -> Result<Vec<Entry<'a>>, Failure> {
     let total = trace.requests.len() as u64 * algorithms.len() as u64;
     // Short runs finish before a bar would be read; a pipe or file gets no bar at all.
     let progress = if total >= 5_000_000 && std::io::stderr().is_terminal() {
@@ -222,21 +239,8 @@ fn replay_all(trace: &Trace, algorithms: &[Algorithm]) -> Result<Vec<Entry>, Fai
         let replay = run::replay(trace, a.quota, &progress)
             .map_err(|e| Failure::other(format!("{}: {e}", a.name)))?;
         entries.push(Entry {
-            name: a.name.to_owned(),
-            label: label(a),
-            mode: a.quota.mode(),
-            rank: a.rank,
-            granularity: if a.bucketed {
-                format!(
-                    "{} (N={})",
-                    report::duration(a.quota.granularity()),
-                    a.quota.buckets()
-                )
-            } else {
-                String::new()
-            },
-            bytes_per_key: a.quota.bytes_per_key(),
-            reference: a.is_reference(),
+            algorithm: a,
+            redis: false,
             replay,
         });
     }
@@ -245,24 +249,19 @@ fn replay_all(trace: &Trace, algorithms: &[Algorithm]) -> Result<Vec<Entry>, Fai
 }
 
 /// Replays `trace` through every algorithm on the Redis backend at `url`, adding a "Redis …"
-/// entry after the local ones for each (`entries[i]` is the local replay of `algorithms[i]`).
-fn replay_on_redis(
+/// entry after the local ones for each.
+fn replay_on_redis<'a>(
     url: &str,
     trace: &Trace,
-    algorithms: &[Algorithm],
-    entries: &mut Vec<Entry>,
+    algorithms: &'a [Algorithm],
+    entries: &mut Vec<Entry<'a>>,
 ) -> Result<(), Failure> {
     let backend = redis::Backend::connect(url).map_err(Failure::other)?;
     for (index, a) in algorithms.iter().enumerate() {
         match backend.replay(trace, a.quota, index) {
             Ok(replay) => entries.push(Entry {
-                name: format!("Redis {}", a.name),
-                label: format!("Redis {}", label(a)),
-                mode: a.quota.mode(),
-                rank: a.rank,
-                granularity: entries[index].granularity.clone(),
-                bytes_per_key: entries[index].bytes_per_key,
-                reference: false,
+                algorithm: a,
+                redis: true,
                 replay,
             }),
             Err(e) => eprintln!("--redis: {}: {e}", label(a)),
@@ -282,7 +281,7 @@ fn write_table(
     let window = nanos(args.window);
     let reference = entries
         .iter()
-        .find(|e| e.reference)
+        .find(|e| !e.redis && e.algorithm.is_reference())
         .map(|e| &e.replay.allowed)
         .ok_or_else(|| Failure::other("no reference algorithm"))?;
     let rows: Vec<Row> = entries
@@ -291,14 +290,14 @@ fn write_table(
             let allowed = &e.replay.allowed;
             let (wrongly_allowed, wrongly_denied) = run::disagreements(allowed, reference);
             Row {
-                algorithm: e.name.clone(),
-                granularity: e.granularity.clone(),
+                algorithm: e.name(),
+                granularity: e.granularity(),
                 requests: allowed.len() as u64,
                 admitted: allowed.iter().filter(|&&x| x).count() as u64,
                 wrongly_allowed,
                 wrongly_denied,
                 worst_window: run::worst_window(trace, keys, allowed, window),
-                bytes_per_key: e.bytes_per_key,
+                bytes_per_key: e.algorithm.quota.bytes_per_key(),
                 elapsed: e.replay.elapsed,
             }
         })
@@ -331,7 +330,7 @@ fn draw_chart(
     // The chart shows the local limiters; Redis rows decide alike.
     let series: Vec<chart::Series> = entries
         .iter()
-        .filter(|e| !e.name.starts_with("Redis "))
+        .filter(|e| !e.redis)
         .map(|e| {
             let points: Vec<(u64, u64)> = requests
                 .iter()
@@ -340,10 +339,10 @@ fn draw_chart(
                 .map(|i| (trace.requests[i].at, u64::from(trace.requests[i].cost)))
                 .collect();
             chart::Series {
-                label: e.label.clone(),
+                label: label(e.algorithm),
                 peaks: run::trailing_peaks(&points, window, first, width, BINS),
-                mode: e.mode,
-                rank: e.rank,
+                mode: e.algorithm.quota.mode(),
+                rank: e.algorithm.rank,
             }
         })
         .collect();

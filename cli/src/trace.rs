@@ -243,7 +243,7 @@ pub fn parse_decimal(text: &str, unit: u64) -> Result<u64, NumberError> {
     }
     let mut places = 0u32;
     let mut u = unit;
-    while u % 10 == 0 && u > 1 {
+    while u.is_multiple_of(10) && u > 1 {
         u /= 10;
         places += 1;
     }
