@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::Error;
 use super::conn::Raw;
+use super::limiter::Degraded;
 use super::script::{self, Entry, Invocation, Shape, Single};
 use crate::decision::Decision;
 
@@ -159,7 +160,13 @@ async fn send(raw: Raw, dest: Option<Slot>, batch: Vec<Request>) -> Option<Slot>
     let slot = script::slot(&batch[0].keys.0);
     let reply = tokio::time::timeout_at(last, raw.invoke(Entry::Decide, &inv, slot)).await;
     let Ok(reply) = reply else {
-        // Every caller has stopped waiting.
+        // The last caller's deadline has passed. Each caller's own timer fires at its
+        // deadline too, but which of the two tasks runs first is the scheduler's choice: a
+        // reply dropped here would reach a caller polled after this task as a failed
+        // connection. Say what happened instead.
+        for r in batch {
+            let _ = r.reply.send(Err(Error::Unavailable(Degraded::Deadline)));
+        }
         return dest;
     };
     let parsed = reply

@@ -347,18 +347,19 @@ impl RedisLimiter {
                 self.inner.breaker.success(pass);
                 Ok(out)
             }
-            Ok(Err(e)) => {
-                self.inner.breaker.failure(pass);
-                self.note(e.to_string());
-                Err(e)
-            }
-            Err(_) => {
+            // The batch's task gives up on a call at the deadline as well, and may run first.
+            Ok(Err(Error::Unavailable(Degraded::Deadline))) | Err(_) => {
                 self.inner.breaker.failure(pass);
                 self.note(format!(
                     "no answer within the deadline of {:?}",
                     self.inner.deadline
                 ));
                 Err(Error::Unavailable(Degraded::Deadline))
+            }
+            Ok(Err(e)) => {
+                self.inner.breaker.failure(pass);
+                self.note(e.to_string());
+                Err(e)
             }
         }
     }
