@@ -116,8 +116,8 @@ pub(crate) mod sealed {
     pub struct Reserved<'g> {
         /// The state holding it.
         pub(crate) state: State<'g>,
-        /// The algorithm's ticket for a release (GCRA's; a log's carries its commit stamp,
-        /// set by `Reservations::commit`).
+        /// The algorithm's ticket for a commit or release (GCRA's; the mark of Strict with
+        /// marks; a log's carries its commit stamp, set by `Reservations::commit`).
         pub(crate) ticket: u64,
         /// The limit's clock, for stamping a commit or judging a release.
         pub(crate) clock: &'g dyn Clock,
@@ -444,13 +444,12 @@ impl<'g> Reservations<'g> {
             }
         }
         while let Some(&(r, n)) = self.entries.get(self.settled) {
-            let stamp = r.ticket;
             // `false` only if the state was forcibly retired (a key evicted at `max_keys`, or
             // whose quota changed shape) since the reservation: the reservation counts as
             // admitted before that retirement and is forgotten with everything it forgot.
             // Other limits may be committed already, and counts are never subtracted, so no
             // redo.
-            let _ = r.state.commit(n, || stamp);
+            let _ = r.state.commit(n, r.ticket);
             self.settled += 1;
         }
     }

@@ -38,6 +38,13 @@ pub enum Mode {
     /// length `window`; may deny up to one granularity early.
     #[default]
     Strict,
+    /// Strict with last-admission marks: counts the oldest bucket whole, as Strict does,
+    /// unless its last admission has left the window, and then not at all. Never admits
+    /// more than `limit` in any interval of length `window`, and denies early only while the
+    /// oldest bucket's last admission is still inside it (up to `⌈G / 255⌉` later, the mark's
+    /// precision), where Strict denies until the whole bucket has left. Same memory as
+    /// Strict; an admission records its time in its bucket's slot when that moves its mark.
+    StrictMarked,
     /// Cloudflare's sliding-window counter: counts the oldest bucket in proportion to how much
     /// of it is still inside the window. Admits closer to `limit` on smooth traffic and may
     /// over-admit on bursts.

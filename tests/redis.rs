@@ -121,7 +121,7 @@ fn every_key_has_a_ttl_and_the_database_empties_once_the_windows_pass() {
     let server = Server::start();
     rt().block_on(async {
         let conn = Connection::open(&server.url()).await.unwrap();
-        for (i, mode) in common::MODES.iter().enumerate() {
+        for (i, mode) in common::REDIS_MODES.iter().enumerate() {
             let q = quota(5, Duration::from_millis(1000))
                 .with_granularity(Duration::from_millis(1000))
                 .unwrap()
@@ -576,6 +576,16 @@ fn bad_input_is_a_clear_error() {
                 .build(&conn)
                 .is_err()
         );
+        // Strict with last-admission marks runs locally only: refused, with a message that
+        // names it and the mode to use instead.
+        let marked = quota(5, Duration::from_secs(1)).with_mode(Mode::StrictMarked);
+        match RedisLimiter::builder(marked).build(&conn) {
+            Err(Error::Quota(message)) => {
+                assert!(message.contains("last-admission marks"), "{message}");
+                assert!(message.contains("Mode::Strict"), "{message}");
+            }
+            other => panic!("Strict with marks built on Redis: {:?}", other.map(|_| ())),
+        }
         // A key that holds something else: an error from Redis, so the policy decides and the
         // decision says why.
         server.cli(&["SET", "wrong:{k}:h", "v"]).unwrap();

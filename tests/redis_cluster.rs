@@ -52,7 +52,7 @@ fn decisions_on_every_master_equal_the_local_limiters(c: &mut Cluster) {
     rt().block_on(async {
         let conn = connect(c).await;
         assert!(conn.is_cluster());
-        for mode in common::MODES {
+        for mode in common::REDIS_MODES {
             let q = Quota::new(3, Duration::from_millis(40))
                 .unwrap()
                 .with_granularity(Duration::from_millis(10))

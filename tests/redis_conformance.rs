@@ -12,7 +12,7 @@ mod redis_server;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{MODES, Model};
+use common::{Model, REDIS_MODES};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use slidegate::clock::ManualClock;
@@ -159,7 +159,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 320, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_script_decides_as_the_local_limiters((quota, start, ops) in case(12, MODES.to_vec())) {
+    fn the_script_decides_as_the_local_limiters((quota, start, ops) in case(12, REDIS_MODES.to_vec())) {
         run(quota, start, ops)?;
     }
 }

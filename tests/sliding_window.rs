@@ -169,8 +169,8 @@ fn the_largest_limit_and_costs_near_it() {
 }
 
 #[test]
-fn gaps_of_years_and_of_2_pow_32_buckets_match_the_model() {
-    for mode in [Mode::Strict, Mode::Weighted] {
+fn gaps_of_years_and_of_2_pow_24_and_2_pow_32_buckets_match_the_model() {
+    for mode in [Mode::Strict, Mode::StrictMarked, Mode::Weighted] {
         for g in [1u64, 7, 1_000_000] {
             let q = quota(5, 10 * g, g, mode);
             let (l, clock) = limiter(q);
@@ -182,6 +182,9 @@ fn gaps_of_years_and_of_2_pow_32_buckets_match_the_model() {
                 100 * year,
                 g << 32,
                 (g << 32) - 3 * g,
+                g << 24,
+                (g << 24) + 4 * g,
+                (g << 24) - 2 * g,
                 5 * g,
                 10 * g,
                 400 * year,

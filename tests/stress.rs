@@ -2,8 +2,8 @@
 //!
 //! First the clock moves *while* checks run (rotations race admissions); then it moves only
 //! between phases, with the checkers parked at a barrier, for more than a window. Afterwards:
-//! - Strict never admitted more than `L` in any interval of length `W`, judged by the clock
-//!   reading each admitted check actually used;
+//! - Strict (with or without last-admission marks) never admitted more than `L` in any
+//!   interval of length `W`, judged by the clock reading each admitted check actually used;
 //! - the limiter's total equals the sum of admitted costs (nothing lost, nothing phantom);
 //! - `peek().remaining()` equals the reference model fed the admitted log;
 //! - one window and one bucket after the last check, it is as good as new (no drift).
@@ -118,7 +118,7 @@ fn stress(limit: u64, buckets: u64, g: u64, mode: Mode, seed: u64) {
     let total: u64 = admitted.iter().map(|&(_, c)| c).sum();
     assert_eq!(limiter.admitted_total(), total, "lost or phantom cost");
     assert!(total > 0);
-    if mode == Mode::Strict {
+    if matches!(mode, Mode::Strict | Mode::StrictMarked) {
         let worst = worst_window(&mut admitted, window);
         assert!(
             worst <= limit,
@@ -158,6 +158,21 @@ fn strict_ten_buckets() {
 #[test]
 fn strict_many_buckets_small_limit() {
     stress(3, 64, 50, Mode::Strict, 3);
+}
+
+#[test]
+fn strict_marked_one_bucket() {
+    stress(5, 1, 1_000, Mode::StrictMarked, 5);
+}
+
+#[test]
+fn strict_marked_ten_buckets() {
+    stress(40, 10, 300, Mode::StrictMarked, 6);
+}
+
+#[test]
+fn strict_marked_many_buckets_small_limit() {
+    stress(3, 64, 50, Mode::StrictMarked, 7);
 }
 
 #[test]

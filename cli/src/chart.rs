@@ -31,6 +31,11 @@ const BLUES: [RGBColor; 3] = [
     RGBColor(33, 113, 181),
     RGBColor(107, 174, 214),
 ];
+const ORANGES: [RGBColor; 3] = [
+    RGBColor(166, 54, 3),
+    RGBColor(230, 85, 13),
+    RGBColor(253, 141, 60),
+];
 const REDS: [RGBColor; 3] = [
     RGBColor(153, 0, 13),
     RGBColor(239, 59, 44),
@@ -42,6 +47,7 @@ const REDS: [RGBColor; 3] = [
 fn colour(s: &Series) -> RGBColor {
     match s.mode {
         Mode::Strict => BLUES[s.rank % BLUES.len()],
+        Mode::StrictMarked => ORANGES[s.rank % ORANGES.len()],
         Mode::Weighted => REDS[s.rank % REDS.len()],
         Mode::FixedWindow => RGBColor(127, 127, 127),
         Mode::Gcra => RGBColor(44, 160, 44),

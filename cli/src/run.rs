@@ -38,7 +38,8 @@ impl Algorithm {
 /// (slidegate's default), 60 (a minute in seconds).
 pub const DEFAULT_BUCKETS: [u64; 3] = [1, 10, 60];
 
-/// Strict and Weighted at each granularity, then the fixed window, GCRA and the exact log
+/// Strict, Strict with last-admission marks and Weighted at each granularity, then the fixed
+/// window, GCRA and the exact log
 /// (the reference, last). `granularities` empty ⇒ [`DEFAULT_BUCKETS`], skipping those that do
 /// not divide the window into whole nanoseconds.
 pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorithm>, ConfigError> {
@@ -57,7 +58,11 @@ pub fn algorithms(base: Quota, granularities: &[Duration]) -> Result<Vec<Algorit
         }
     }
     let mut out = Vec::new();
-    for (mode, name) in [(Mode::Strict, "Strict"), (Mode::Weighted, "Weighted")] {
+    for (mode, name) in [
+        (Mode::Strict, "Strict"),
+        (Mode::StrictMarked, "StrictMarked"),
+        (Mode::Weighted, "Weighted"),
+    ] {
         for &(rank, q) in &quotas {
             out.push(Algorithm {
                 name,
@@ -460,7 +465,7 @@ mod tests {
         let base = Quota::new(p.limit, Duration::from_nanos(p.window)).unwrap();
         let algos = algorithms(base, &[]).unwrap();
         // N = 1 and 10; 10 s / 60 is not whole nanoseconds.
-        assert_eq!(algos.len(), 2 * 2 + 3);
+        assert_eq!(algos.len(), 3 * 2 + 3);
         let reference = definition(&trace, p.limit, p.window).allowed;
         assert_eq!(worst_window(&trace, &keys, &reference, p.window), p.limit);
         for a in &algos {
@@ -469,7 +474,9 @@ mod tests {
                 .allowed;
             let worst = worst_window(&trace, &keys, &allowed, p.window);
             match a.quota.mode() {
-                Mode::Strict | Mode::ExactLog => assert_eq!(worst, p.limit, "{}", a.name),
+                Mode::Strict | Mode::StrictMarked | Mode::ExactLog => {
+                    assert_eq!(worst, p.limit, "{}", a.name)
+                }
                 Mode::FixedWindow => assert_eq!(worst, 2 * p.limit),
                 _ => assert!(worst >= p.limit, "{}", a.name),
             }

@@ -126,9 +126,9 @@ fn a_trace_gives_a_table_with_the_exact_log_as_the_zero_error_reference() {
     let out = replay(&dir.0, &trace, &["--limit", "5", "--window", "1s"]);
     let stdout = succeeded(&out);
     let rows = table(&stdout);
-    // Strict and Weighted at N = 1 and 10 (1 s / 60 is not whole nanoseconds), the fixed
-    // window, the reference.
-    for name in ["Strict", "Weighted"] {
+    // Strict, Strict with marks and Weighted at N = 1 and 10 (1 s / 60 is not whole
+    // nanoseconds), the fixed window, the reference.
+    for name in ["Strict", "StrictMarked", "Weighted"] {
         for n in ["N=1)", "N=10)"] {
             assert_eq!(row(&rows, name, n)[REQUESTS], "80");
         }
@@ -141,9 +141,11 @@ fn a_trace_gives_a_table_with_the_exact_log_as_the_zero_error_reference() {
     // `a` alone: 5 per second of its 6 (the first second admits 5 of 6, and so on).
     let admitted: u64 = exact[ADMITTED].parse().unwrap();
     assert!((50..=80).contains(&admitted), "{admitted}");
-    for n in ["N=1)", "N=10)"] {
-        let worst: u64 = row(&rows, "Strict", n)[WORST].parse().unwrap();
-        assert!(worst <= 5, "Strict {n}: worst {worst}");
+    for name in ["Strict", "StrictMarked"] {
+        for n in ["N=1)", "N=10)"] {
+            let worst: u64 = row(&rows, name, n)[WORST].parse().unwrap();
+            assert!(worst <= 5, "{name} {n}: worst {worst}");
+        }
     }
     assert!(stdout.contains("wrongly allowed / denied"), "{stdout}");
 }
@@ -174,8 +176,10 @@ fn the_boundary_attack_gets_2l_through_a_fixed_window_and_l_through_strict() {
     let rows = table(&stdout);
     assert_eq!(row(&rows, "FixedWindow", "")[WORST], "20");
     assert_eq!(row(&rows, "ExactLog", "")[WORST], "10");
-    for n in ["N=1)", "N=10)", "N=60)"] {
-        assert_eq!(row(&rows, "Strict", n)[WORST], "10", "Strict {n}");
+    for name in ["Strict", "StrictMarked"] {
+        for n in ["N=1)", "N=10)", "N=60)"] {
+            assert_eq!(row(&rows, name, n)[WORST], "10", "{name} {n}");
+        }
     }
     // GCRA lets a full burst through, then only what drips back: more than L, less than 2L.
     let gcra: u64 = row(&rows, "GCRA", "")[WORST].parse().unwrap();

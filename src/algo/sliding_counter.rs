@@ -11,9 +11,15 @@
 //!   oldest bucket's count, compared exactly in integers: `C·(G − r) ≤ (L − tail(1) − n)·G`.
 //! - The fixed window (`N = 1`, `G = W`) admits iff `tail(1) + n ≤ L`: the current bucket
 //!   alone.
+//! - Strict with last-admission marks admits iff Strict does, or iff `tail(1) + n ≤ L` and
+//!   the oldest bucket's last admission has left the window: its mark `m(0)` (the offset of
+//!   its last admission into it, rounded up to a step of `⌈G / 255⌉` ns) is at most `r`. Only
+//!   a check Strict would deny reads a mark; an admission records its own (see
+//!   [`crate::window::ring`], "Last-admission marks").
 
 use crate::decision::Decision;
 use crate::quota::{Mode, Quota};
+use crate::window::ring::MAX_MARK;
 
 /// Which of the counter's rules a quota is judged by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +27,7 @@ enum Kind {
     Strict,
     Weighted,
     Fixed,
+    Marked,
 }
 
 /// The counter's rule for one quota: Strict, Weighted or the fixed window over `N` buckets
@@ -37,6 +44,11 @@ pub(crate) struct CounterRule {
     /// `(N + 1)·G` in nanoseconds (saturated): a window is clear of everything it holds this
     /// long after the start of its newest bucket.
     span: u64,
+    /// `N·G`, the window, in nanoseconds.
+    window: u64,
+    /// The length (ns) of one step of a last-admission mark: `⌈G / 254⌉`, so that the marks
+    /// 1 ..= 255 of 8 bits reach the end of their bucket (0 is a bucket nothing recorded in).
+    pub(crate) mark_step: u64,
 }
 
 impl CounterRule {
@@ -45,13 +57,55 @@ impl CounterRule {
             kind: match quota.mode() {
                 Mode::Weighted => Kind::Weighted,
                 Mode::FixedWindow => Kind::Fixed,
+                Mode::StrictMarked => Kind::Marked,
                 Mode::Strict | Mode::ExactLog | Mode::Gcra => Kind::Strict,
             },
             limit: quota.limit(),
             buckets: quota.buckets(),
             granularity: quota.granularity_nanos(),
             span: (quota.buckets() + 1).saturating_mul(quota.granularity_nanos()),
+            window: quota.window_nanos(),
+            mark_step: quota.granularity_nanos().div_ceil(u64::from(MAX_MARK) - 1),
         }
+    }
+
+    /// Whether this is Strict with last-admission marks, whose admissions record a mark.
+    #[inline]
+    pub(crate) fn is_marked(&self) -> bool {
+        self.kind == Kind::Marked
+    }
+
+    /// The mark an admission at offset `r` needs its bucket to hold: `⌈r / step⌉ + 1`, at
+    /// most `MAX_MARK` (`r < G ≤ 254·step`).
+    #[inline]
+    pub(crate) fn mark_for(&self, r: u64) -> u64 {
+        r.div_ceil(self.mark_step) + 1
+    }
+
+    /// Where, in nanoseconds into its bucket, a bucket whose mark is `m` had its last
+    /// admission at the latest: `(m − 1)·step`, at most `G`; for a mark of 0 (nothing
+    /// recorded, though a unit judged a bucket earlier may be counted there) the end, `G`.
+    #[inline]
+    fn mark_offset(&self, m: u64) -> u64 {
+        match m {
+            0 => self.granularity,
+            m => self.recorded_offset(m),
+        }
+    }
+
+    /// [`CounterRule::mark_offset`] of a recorded mark (`m ≥ 1`).
+    #[inline]
+    fn recorded_offset(&self, m: u64) -> u64 {
+        ((m - 1) * self.mark_step).min(self.granularity)
+    }
+
+    /// Nanoseconds from offset `r` of bucket `b` until the last admission of bucket
+    /// `b − N + j`, whose mark is `m`, leaves the window: `j·G + m·step`, less `r`.
+    #[inline]
+    fn after_mark(&self, j: u64, m: u64, r: u64) -> u64 {
+        self.after_buckets(j, 0)
+            .saturating_add(self.mark_offset(m))
+            .saturating_sub(r)
     }
 
     /// Whether this is the fixed window, which counts its current bucket alone.
@@ -60,17 +114,27 @@ impl CounterRule {
         self.kind == Kind::Fixed
     }
 
-    /// Whether cost `n` is admitted at offset `r` given the window's tail sums, and the
-    /// decision reported for it: with `n` charged when admitted, unless `peek`.
+    /// Whether cost `n` is admitted at offset `r` given the window's tail sums and, for
+    /// Strict with marks, `mark(j)`, the mark of bucket `b − N + j` (read only by a check
+    /// Strict would deny, and for the times reported), and the decision reported for it: with
+    /// `n` charged when admitted, unless `peek`.
     #[inline]
-    pub(crate) fn judge(&self, r: u64, n: u64, peek: bool, tail: impl Fn(u64) -> u64) -> Decision {
+    pub(crate) fn judge(
+        &self,
+        r: u64,
+        n: u64,
+        peek: bool,
+        tail: impl Fn(u64) -> u64,
+        mark: impl Fn(u64) -> u64,
+    ) -> Decision {
         let d = match self.kind {
             Kind::Weighted => self.judge_weighted(r, n, &tail),
             Kind::Fixed => return self.judge_fixed(r, n, peek, &tail),
             Kind::Strict => self.judge_strict(r, n, &tail),
+            Kind::Marked => self.judge_marked(r, n, &tail, &mark),
         };
         if peek && d.is_allowed() {
-            self.uncharged(d, r, n, tail)
+            self.uncharged(d, r, n, tail, mark)
         } else {
             d
         }
@@ -78,8 +142,90 @@ impl CounterRule {
 
     /// An allowed decision as it reads when nothing was charged.
     #[cold]
-    fn uncharged(&self, d: Decision, r: u64, n: u64, tail: impl Fn(u64) -> u64) -> Decision {
-        Decision::allowed(self.limit, d.remaining() + n, self.reset_after(r, &tail))
+    fn uncharged(
+        &self,
+        d: Decision,
+        r: u64,
+        n: u64,
+        tail: impl Fn(u64) -> u64,
+        mark: impl Fn(u64) -> u64,
+    ) -> Decision {
+        let reset = if self.kind == Kind::Marked {
+            self.marked_reset(r, self.newest(&tail), &mark)
+        } else {
+            self.reset_after(r, &tail)
+        };
+        Decision::allowed(self.limit, d.remaining() + n, reset)
+    }
+
+    /// Strict with last-admission marks: the oldest bucket is left out of Strict's sum when
+    /// its mark says its last admission has left the window. Out of line: inlined, it grew
+    /// the other rules' general path (a denied Strict check, 421 → 477 instructions).
+    #[inline(never)]
+    fn judge_marked(
+        &self,
+        r: u64,
+        n: u64,
+        tail: &impl Fn(u64) -> u64,
+        mark: &impl Fn(u64) -> u64,
+    ) -> Decision {
+        let (l, nb) = (self.limit, self.buckets);
+        let sum = tail(0);
+        let used = if self.has_left(r, mark(0)) {
+            tail(1)
+        } else {
+            sum
+        };
+        if used + n <= l {
+            return self.admitted_marked(used, r, n, mark(nb).max(self.mark_for(r)));
+        }
+        let newest = self.newest(tail);
+        // In bucket `b + j` the request fits once bucket `b − N + j` has left, if
+        // `tail(j + 1) + n ≤ L`: the first such `j` (it exists: `tail(newest) = 0`), whose
+        // oldest bucket is not empty (else `j − 1` would fit at the start of bucket `b + j`,
+        // or, for `j = 0`, the request here), leaves at its mark.
+        let j = first_fit_ends(0, newest, |j| tail(j + 1) + n > l);
+        // `max(1)`: at `j = 0` the mark is past `r` (else admitted above), but a concurrent
+        // reader may see tails that are not monotone.
+        let retry = self.after_mark(j, mark(j), r).max(1);
+        Decision::denied(
+            l,
+            l.saturating_sub(used),
+            retry,
+            self.marked_reset(r, newest, mark),
+        )
+    }
+
+    /// Whether, at offset `r`, everything in the oldest bucket, whose mark is `m`, has left
+    /// the window: `(m − 1)·step ≤ r`. Not for a mark of 0 (a bucket nothing recorded in:
+    /// empty, or holding only units judged a bucket earlier, which count it whole), whose
+    /// `(m − 1)·step` wraps to `2⁶⁴ − step > r`.
+    #[inline]
+    pub(crate) fn has_left(&self, r: u64, m: u64) -> bool {
+        m.wrapping_sub(1).wrapping_mul(self.mark_step) <= r
+    }
+
+    /// The decision for `n` admitted at offset `r` under marks when the window counts `used`
+    /// (`used + n ≤ L`) and the current bucket's mark, this admission's included, is `m`: the
+    /// window is clear once that bucket's last admission leaves, `N·G + m·step` after its
+    /// start.
+    #[inline]
+    pub(crate) fn admitted_marked(&self, used: u64, r: u64, n: u64, m: u64) -> Decision {
+        let l = self.limit;
+        let reset = self
+            .window
+            .saturating_add(self.recorded_offset(m))
+            .saturating_sub(r);
+        Decision::allowed(l, l - used - n, reset)
+    }
+
+    /// Time until the window holds nothing under marks: the newest non-empty bucket
+    /// `b − N + newest − 1` leaves when its last admission does.
+    fn marked_reset(&self, r: u64, newest: u64, mark: &impl Fn(u64) -> u64) -> u64 {
+        match newest {
+            0 => 0,
+            j => self.after_mark(j - 1, mark(j - 1), r),
+        }
     }
 
     #[inline]
@@ -118,6 +264,7 @@ impl CounterRule {
     /// (`all`) at offset `r` and `rest`, which loads `tail(1)`: the decision if `n` is
     /// admitted, `None` if not (or if `rest`, which Weighted and the fixed window read, finds
     /// its snapshot torn), for the general path to judge.
+    /// (Strict with marks has its own, `counter::charge_fast_marked`.)
     #[inline(always)]
     pub(crate) fn judge_fast(
         &self,
@@ -127,6 +274,7 @@ impl CounterRule {
         n: u64,
     ) -> Option<Decision> {
         let used = match self.kind {
+            Kind::Marked => return None,
             Kind::Weighted => self.weighted_use(all, rest()?, r),
             Kind::Fixed => {
                 // Only the current bucket counts: `tail(1)`, with `N = 1`.
@@ -308,7 +456,7 @@ mod tests {
     fn strict_retry_waits_for_enough_buckets_to_leave() {
         let r = rule(10, 3, Mode::Strict);
         let counts = [4, 3, 2, 1];
-        let d = r.judge(30, 3, false, tail_of(&counts));
+        let d = r.judge(30, 3, false, tail_of(&counts), |_| 0);
         assert!(!d.is_allowed());
         assert_eq!(d.remaining(), 0);
         // Dropping bucket 0 leaves 6 + 3 ≤ 10: one bucket ahead, 70 ns from offset 30.
@@ -320,10 +468,10 @@ mod tests {
     fn weighted_counts_the_oldest_bucket_in_proportion() {
         let r = rule(10, 1, Mode::Weighted);
         // Oldest bucket 8, current 0, at a quarter of the way in: share = ⌈8·75/100⌉ = 6.
-        let d = r.judge(25, 4, false, tail_of(&[8, 0]));
+        let d = r.judge(25, 4, false, tail_of(&[8, 0]), |_| 0);
         assert!(d.is_allowed());
         assert_eq!(d.remaining(), 0);
-        let d = r.judge(25, 5, false, tail_of(&[8, 0]));
+        let d = r.judge(25, 5, false, tail_of(&[8, 0]), |_| 0);
         assert!(!d.is_allowed());
         assert_eq!(d.remaining(), 4);
         // 8·(100 − x)/100 ≤ 5 ⇔ x ≥ 37.5: offset 38, 13 ns after 25.

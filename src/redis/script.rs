@@ -64,6 +64,11 @@ impl Shape {
             Mode::FixedWindow => 2,
             Mode::ExactLog => 3,
             Mode::Gcra => 4,
+            Mode::StrictMarked => {
+                return Err(Error::Quota(
+                    "Strict with last-admission marks is not available on the Redis backend; use Mode::Strict there".into(),
+                ));
+            }
         };
         if w % 1000 != 0 {
             return Err(Error::Quota(format!(

@@ -13,7 +13,7 @@
 use crate::algo::Op;
 use crate::algo::sliding_counter::CounterRule;
 use crate::decision::Decision;
-use crate::window::ring::{Loads, Ring};
+use crate::window::ring::{Fast, Loads, Reading, Ring};
 
 /// A counter's check: the common admission ([`charge_fast`]), else the general loop
 /// ([`charge_loop`]). `None` if the ring is retired.
@@ -42,10 +42,45 @@ pub(crate) fn charge_fast(
     n: u64,
 ) -> Result<Decision, Option<Loads>> {
     let fast = ring.fast_read(rule.granularity, now).map_err(Some)?;
+    if rule.is_marked() {
+        return charge_fast_marked(&fast, rule, n);
+    }
     let Some(decision) = rule.judge_fast(fast.sum, fast.offset, || fast.rest(), n) else {
         return Err(Some(fast.loads()));
     };
     // A lost CAS or a moved `front`: the loop reads afresh.
+    if fast.charge(n) {
+        Ok(decision)
+    } else {
+        Err(None)
+    }
+}
+
+/// [`charge_fast`] for Strict with marks, written without closures: through them the
+/// compiler called the judgement out of line and built the ring in memory for it. It counts
+/// `tail(1)` instead of the window's sum when the oldest bucket's mark (loaded with its
+/// snapshot) says that bucket has left, and records this admission's mark before the charge
+/// makes its cost visible.
+#[inline(always)]
+fn charge_fast_marked(
+    fast: &Fast<'_>,
+    rule: &CounterRule,
+    n: u64,
+) -> Result<Decision, Option<Loads>> {
+    let r = fast.offset;
+    let used = if rule.has_left(r, fast.oldest_mark()) {
+        match fast.rest() {
+            Some(rest) => rest,
+            None => return Err(Some(fast.loads())),
+        }
+    } else {
+        fast.sum
+    };
+    if used + n > rule.limit {
+        return Err(Some(fast.loads()));
+    }
+    let mark = fast.record_mark(rule.mark_step);
+    let decision = rule.admitted_marked(used, r, n, mark);
     if fast.charge(n) {
         Ok(decision)
     } else {
@@ -67,7 +102,7 @@ pub(crate) fn charge_loop(
     loop {
         let (decision, judged) =
             ring.read_from(loads.take(), rule.granularity, &now, true, |r| {
-                rule.judge(r.offset, n, false, |j| r.tail(j))
+                judge_and_mark(rule, r, n)
             })?;
         if !decision.is_allowed() || ring.try_charge(judged, n) {
             return Some(decision);
@@ -79,7 +114,8 @@ pub(crate) fn charge_loop(
 }
 
 /// Judges cost `n` at `now()` and applies `op` if it is allowed: a peek writes nothing, a
-/// reservation adds to pending. `None` if the ring is retired.
+/// reservation adds to pending. Returns the decision and the reservation's ticket for its
+/// commit (see [`Ring::commit_marked`]). `None` if the ring is retired.
 #[inline]
 pub(crate) fn decide(
     ring: Ring<'_>,
@@ -87,16 +123,36 @@ pub(crate) fn decide(
     now: impl Fn() -> u64,
     n: u64,
     op: Op,
-) -> Option<Decision> {
+) -> Option<(Decision, u64)> {
     let peek = op == Op::Peek;
     ring.decide(rule.granularity, now, n, op, |r| {
-        rule.judge(r.offset, n, peek, |j| r.tail(j))
+        let decision = rule.judge(r.offset, n, peek, |j| r.tail(j), |j| r.mark(j));
+        // A reservation records its mark when it is committed (`commit`): a released one
+        // leaves none behind.
+        let ticket = if rule.is_marked() && op == Op::Reserve && decision.is_allowed() {
+            r.mark_ticket(rule.mark_step)
+        } else {
+            0
+        };
+        (decision, ticket)
     })
+}
+
+/// Judges a charge of cost `n` on reading `r`; for Strict with marks, an allowed one records
+/// its mark before the caller's CAS. A mark recorded for a reading that then tears, or whose
+/// CAS is lost, only keeps its bucket counted longer.
+#[inline(always)]
+fn judge_and_mark(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
+    let decision = rule.judge(r.offset, n, false, |j| r.tail(j), |j| r.mark(j));
+    if rule.is_marked() && decision.is_allowed() {
+        r.record_mark(rule.mark_step);
+    }
+    decision
 }
 
 /// What a peek of cost `n` decides on a ring that has admitted nothing, at `now`.
 pub(crate) fn peek_fresh(rule: &CounterRule, now: u64, n: u64) -> Decision {
-    rule.judge(now % rule.granularity, n, true, |_| 0)
+    rule.judge(now % rule.granularity, n, true, |_| 0, |_| 0)
 }
 
 /// Frees up to `n` units of room at `now()` (see [`Ring::refund`]): the sliding window's
@@ -108,10 +164,16 @@ pub(crate) fn refund(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<u64> {
-    let skip = if rule.is_fixed_window() {
-        rule.buckets
-    } else {
-        0
-    };
-    ring.refund(rule.granularity, now, n, skip)
+    let fixed = rule.is_fixed_window();
+    let marked = rule.is_marked();
+    ring.refund(rule.granularity, now, n, |r| {
+        if fixed {
+            rule.buckets
+        } else if marked && r.tail(1) < r.tail(0) && rule.has_left(r.offset, r.mark(0)) {
+            // The oldest bucket has left the window: the oldest units it counts are next.
+            1
+        } else {
+            0
+        }
+    })
 }

@@ -5,8 +5,10 @@
 //!   the *count*, are the total cost ever admitted (mod 2³²). Admission is one
 //!   compare-and-swap on it; nothing is ever subtracted from the count, so nothing can
 //!   drift, and a denial writes nothing.
-//! - `slots`: `R = N + 1` words, each packing a 32-bit *tag* (the bucket index `k`, mod 2³²)
-//!   and a 32-bit *snapshot* (`cum` when bucket `k` started, mod 2³²). Bucket `k` lives in
+//! - `slots`: `R = N + 1` words, each packing a 24-bit *tag* (the bucket index `k`, mod 2²⁴),
+//!   an 8-bit *mark* (when bucket `k` last admitted, for Strict with marks; see
+//!   "Last-admission marks") and a 32-bit *snapshot* (`cum` when bucket `k` started, mod
+//!   2³²). Bucket `k` lives in
 //!   slot `k mod R`. A slot whose tag is not `k` is stale and is overwritten in place by CAS:
 //!   expiry needs no delete and no sweep.
 //! - `front`: the newest bucket whose snapshot is established. Invariant: the ring holds
@@ -38,9 +40,9 @@
 //! Between the two loads of `front` that bracket every read, the ring holds `front − N ..=
 //! front` plus the goal window of the one fill that may be in progress from that `front`. An
 //! incremental fill's tags differ from the ring's by 1 to 2N; a fill that jumps more than `N`
-//! buckets is given a goal whose distance from `front`, mod 2³², is in `N + 1 ..= 2³² − N − 1`
-//! (after a gap near a multiple of 2³² buckets it stops half-way, at `front + 2³¹`), so no two
-//! tags that can meet in one slot are equal mod 2³².
+//! buckets is given a goal whose distance from `front`, mod 2²⁴, is in `N + 1 ..= 2²⁴ − N − 1`
+//! (after a gap near a multiple of 2²⁴ buckets it stops half-way, at `front + 2²³`), so no two
+//! tags that can meet in one slot are equal mod 2²⁴ (`N ≤ 2¹⁶` leaves room for that).
 //!
 //! # Retirement (for stores that evict)
 //! A keyed store frees a key's ring once it is indistinguishable from a fresh one. Freeing it
@@ -165,7 +167,45 @@
 //! units expired (`freed` reports units, the same as for Strict), and the rest of the room
 //! comes back as the bucket slides out as usual.
 //!
-//! The loom models in `loom-tests/` check these claims on every interleaving of small cases.
+//! # Last-admission marks (Strict with marks)
+//! Strict counts the oldest bucket `k = b − N` whole, though the window `(t − W, t]` has
+//! already left part of it. Strict with marks leaves it out when every unit it counts has
+//! left: each slot's 8-bit mark `m` bounds the offset of the bucket's last admission into it,
+//! `(m − 1)·s` with a step `s = ⌈G / 254⌉` ns, rounded up (0: nothing recorded). At offset
+//! `r` of bucket `b`, `t − W` is offset `r` of bucket `k`, so the bucket has left iff
+//! `(m − 1)·s ≤ r`; the check then counts `tail(1)` (`CounterRule::has_left`).
+//!
+//! - **Recording** ([`Ring::record_mark`]): an admission judged at bucket `k = front`, `r` into
+//!   it, raises slot `k`'s mark to `⌈r / s⌉ + 1` by CAS (keeping tag and snapshot, and only if
+//!   the tag is still `k`) *before* its CAS on `cum`; a mark already that high is left alone
+//!   (a load of a line the check has in cache, and no store: at most 255 writes per bucket).
+//!   A check's reservation records its mark when it is committed ([`Ring::commit_marked`], the
+//!   mark carried in its ticket), before the commit's CAS, so a released reservation leaves
+//!   none. A fill establishes a slot with mark 0; a refund's raise keeps the mark.
+//! - **Why a bucket is never dropped while a unit of it is in the window.** Take a check that
+//!   reads `cum` = `c`, then slot `k` (tag `k`) with mark `m`, and drops bucket `k`: it counts
+//!   `c − snap[k + 1]`, so the units it leaves out are those counted at or before `snap[k + 1]`,
+//!   in buckets `≤ k`. A unit counted in a bucket `j < k`, or in `k` though its clock read an
+//!   earlier bucket (it landed after bucket `k` started, see "Why Strict never
+//!   over-admits"), was read before `start(k) ≤ t − W`. A unit counted in `k` whose clock read
+//!   bucket `k` was judged at `front = k`, and raised slot `k`'s mark to cover its offset
+//!   while the tag was `k` before its Release CAS on `cum`; the check's Acquire load of `cum`
+//!   read that CAS or a later one (all writes of `cum` are read-modify-writes, so they continue
+//!   its release sequence), so its load of slot `k` sees that raise or a later value: a higher
+//!   mark, a refund's raise (which keeps it), or another tag (the reading tears). A mark found
+//!   high enough, not written, is seen too: the admission's load read a write that the check's
+//!   load, happening after it, cannot precede (read-read coherence). So `m` covers the unit's
+//!   offset, and `(m − 1)·s ≤ r` puts it at or before `t − W`: outside the window. A unit
+//!   that recorded a mark into a recycled slot (tag not `k`) finds a fill in progress from a
+//!   `front` it no longer shares: its CAS, if it lands, lands in a bucket after its clock's.
+//! - **What concurrency can cost.** A mark is raised before the CAS that may then be lost, and
+//!   the admission re-judged and denied: the mark stays and keeps its bucket counted longer
+//!   (a spurious denial, never an admission). A bucket holding only late-landing units keeps
+//!   mark 0 and is counted whole, as Strict counts it. Single-threaded neither arises, and the
+//!   rule equals the reference model exactly.
+//!
+//! The loom models in `loom-tests/` check these claims on every interleaving of small cases
+//! (`mark_racing_admission` and `mark_racing_commit` the marks').
 
 use core::cell::Cell;
 
@@ -177,16 +217,48 @@ use crate::window::cum::{
     update_reserved,
 };
 
-/// Packs a bucket's tag and snapshot into one slot word.
+/// The bits of a slot's tag: the bucket index mod 2²⁴ (see "Why tags never alias").
+const TAG_BITS: u32 = 24;
+
+/// The bucket index `k`, mod 2²⁴, as a slot's tag holds it.
+#[inline]
+fn tag(k: u64) -> u32 {
+    (k as u32) & ((1 << TAG_BITS) - 1)
+}
+
+/// Packs a bucket's tag and snapshot into one slot word, with a mark of 0 (nothing admitted
+/// in the bucket yet).
 #[inline]
 fn pack(bucket: u64, snapshot: u32) -> u64 {
-    (u64::from(bucket as u32) << 32) | u64::from(snapshot)
+    (u64::from(tag(bucket)) << 40) | u64::from(snapshot)
 }
 
 #[inline]
 fn tag_of(slot: u64) -> u32 {
-    (slot >> 32) as u32
+    (slot >> 40) as u32
 }
+
+/// The slot's last-admission mark (see "Last-admission marks").
+#[inline]
+pub(crate) fn mark_of(slot: u64) -> u64 {
+    (slot >> 32) & u64::from(MAX_MARK)
+}
+
+/// `slot` with its mark replaced by `mark`.
+#[inline]
+fn with_mark(slot: u64, mark: u64) -> u64 {
+    (slot & !(u64::from(MAX_MARK) << 32)) | (mark << 32)
+}
+
+/// `slot` with its snapshot replaced by `snapshot` (its tag and mark kept).
+#[inline]
+fn with_snapshot(slot: u64, snapshot: u32) -> u64 {
+    (slot & !u64::from(u32::MAX)) | u64::from(snapshot)
+}
+
+/// The largest mark. A mark `m ≥ 1` says the bucket's admissions were at most `(m − 1)`
+/// steps of `⌈G / 254⌉` ns into it; 0 that none recorded one. 8 bits.
+pub(crate) const MAX_MARK: u8 = u8::MAX;
 
 #[inline]
 fn snapshot_of(slot: u64) -> u32 {
@@ -329,11 +401,49 @@ impl Reading<'_> {
         };
         // Not clean: another bucket's snapshot, or one above the count, torn only if a refund
         // raised it past this reading's count.
-        if !clean(slot, k, self.cum) && (tag_of(slot) != k as u32 || self.raised_past()) {
+        if !clean(slot, k, self.cum) && (tag_of(slot) != tag(k) || self.raised_past()) {
             self.torn.set(true);
             return 0;
         }
         tail_from(self.cum, slot)
+    }
+
+    /// The last-admission mark of bucket `b − N + j` (0 for a bucket newer than `front`, where
+    /// nothing is counted). A slot of another bucket tears the reading, as in
+    /// [`Reading::tail`].
+    #[inline]
+    pub(crate) fn mark(&self, j: u64) -> u64 {
+        let k = self.bucket - self.ring.buckets + j;
+        if k > self.front {
+            return 0;
+        }
+        let slot = if k == self.front - self.ring.buckets {
+            self.oldest
+        } else {
+            // Acquire: as in `Reading::tail`.
+            self.ring.slot(k).load(Ordering::Acquire)
+        };
+        if tag_of(slot) != tag(k) {
+            self.torn.set(true);
+            return 0;
+        }
+        mark_of(slot)
+    }
+
+    /// Records an admission judged on this reading, at its offset, in the mark of its
+    /// bucket (which is `front`: charges are judged there), before the caller's CAS makes
+    /// the cost visible; returns the bucket's mark with it. See [`Ring::record_mark`].
+    #[inline]
+    pub(crate) fn record_mark(&self, step: u64) -> u64 {
+        self.ring.record_mark(self.bucket, self.offset, step)
+    }
+
+    /// What a reservation judged on this reading must record in its bucket's mark when it is
+    /// committed (see [`Ring::commit_marked`]): the bucket's tag and the mark of this
+    /// reading's offset (at least 1, so a ticket is never 0, which is no mark).
+    #[inline]
+    pub(crate) fn mark_ticket(&self, step: u64) -> u64 {
+        (u64::from(tag(self.bucket)) << 8) | (self.offset.div_ceil(step) + 1)
     }
 
     /// Whether a snapshot that looks later than this reading's count was raised by a refund
@@ -378,6 +488,20 @@ impl Fast<'_> {
         clean(slot, k, cum).then(|| tail_from(cum, slot))
     }
 
+    /// The last-admission mark of the oldest bucket, `front − N`, loaded with its snapshot.
+    #[inline(always)]
+    pub(crate) fn oldest_mark(&self) -> u64 {
+        mark_of(self.loads.oldest)
+    }
+
+    /// Records this admission's mark, as [`Reading::record_mark`] does, in bucket `front`,
+    /// whose slot precedes the oldest's in the ring.
+    #[inline(always)]
+    pub(crate) fn record_mark(&self, step: u64) -> u64 {
+        let front = self.loads.front;
+        record_mark_in(self.ring.slot(front), front, self.offset, step)
+    }
+
     /// The loads this reading was made of, for [`Ring::read_from`] when the caller declines
     /// to charge it.
     #[inline(always)]
@@ -405,7 +529,7 @@ impl Fast<'_> {
 /// (it may be raised by a refund); the fast path leaves that to the general one.
 #[inline]
 fn clean(slot: u64, k: u64, cum: u64) -> bool {
-    tag_of(slot) == k as u32 && ((cum as u32).wrapping_sub(snapshot_of(slot)) as i32) >= 0
+    tag_of(slot) == tag(k) && ((cum as u32).wrapping_sub(snapshot_of(slot)) as i32) >= 0
 }
 
 /// The cost counted since `slot`'s snapshot, plus pending: a tail, if `slot` is clean.
@@ -548,6 +672,7 @@ impl Ring<'_> {
     /// peek or a reservation — to an allowed cost `n`, re-judging whenever its CAS is lost.
     /// Charges go through [`counter`](super::counter), the same loop specialised to a charge,
     /// which keeps the check paths small enough to be inlined. `None` if the ring is retired.
+    /// `judge` returns the decision with a ticket, returned with it.
     #[inline]
     pub(crate) fn decide(
         &self,
@@ -555,8 +680,8 @@ impl Ring<'_> {
         now: impl Fn() -> u64,
         n: u64,
         op: Op,
-        judge: impl Fn(&Reading<'_>) -> Decision,
-    ) -> Option<Decision> {
+        judge: impl Fn(&Reading<'_>) -> (Decision, u64),
+    ) -> Option<(Decision, u64)> {
         debug_assert!(
             op != Op::Charge,
             "charges go through the counter's own loop"
@@ -565,13 +690,23 @@ impl Ring<'_> {
         let backoff = Backoff::new();
         loop {
             // A reservation first moves the ring to the bucket of now; a peek writes nothing.
-            let (decision, judged) = self.read(granularity, &now, reserve, &judge)?;
-            if !decision.is_allowed() || !reserve || self.try_reserve(judged, n) {
-                return Some(decision);
+            let (verdict, judged) = self.read(granularity, &now, reserve, &judge)?;
+            if !verdict.0.is_allowed() || !reserve || self.try_reserve(judged, n) {
+                return Some(verdict);
             }
             // Lost the CAS to a concurrent admission (or a retirement): judge again.
             backoff.spin();
         }
+    }
+
+    /// Raises the mark of bucket `k` to cover an admission `offset` ns into it (marks count
+    /// steps of `step` ns, rounded up), unless it covers it already; returns the mark then
+    /// held (see "Last-admission marks"). Called after the admission was judged at bucket
+    /// `k = front` and before its CAS on `cum`. Writes only when the mark changes, at most
+    /// `MAX_MARK` times per bucket.
+    #[inline(always)]
+    pub(crate) fn record_mark(&self, k: u64, offset: u64, step: u64) -> u64 {
+        record_mark_in(self.slot(k), k, offset, step)
     }
 
     /// Adds `cost` to `cum` if it still holds the value of `reading`: the admission. Fails
@@ -653,6 +788,30 @@ impl Ring<'_> {
         update_reserved(self.cum, |cum| commit_pending(cum, cost))
     }
 
+    /// [`Ring::commit`], which for Strict with marks first records the mark `ticket` carries
+    /// (made by [`Reading::mark_ticket`] when the reservation was judged; 0 for the other
+    /// rules, and then nothing is recorded) in its bucket, if that
+    /// bucket is still `front`, so that a released reservation leaves no mark behind. If
+    /// `front` moved on, the commit lands in a bucket newer than the reservation's clock
+    /// reading, where no mark is needed (and a tag that aliases after a jump of 2²⁴ buckets
+    /// only raises a newer bucket's mark: it keeps that bucket longer, never shorter).
+    pub(crate) fn commit_marked(&self, cost: u64, ticket: u64) -> bool {
+        if ticket != 0 {
+            // Acquire: as `load`'s, so that the slot of `front` is established.
+            let front = self.front.load(Ordering::Acquire);
+            if tag(front) == (ticket >> 8) as u32 {
+                let slot = self.slot(front);
+                // Relaxed: as in `record_mark_in`; the commit's CAS on `cum` follows.
+                let seen = slot.load(Ordering::Relaxed);
+                let mark = ticket & u64::from(MAX_MARK);
+                if mark_of(seen) < mark {
+                    raise_mark(slot, front, seen, mark);
+                }
+            }
+        }
+        self.commit(cost)
+    }
+
     /// Gives back a reservation of `cost`: `pending −= cost`; the count is untouched, so no
     /// snapshot ever saw the reservation. Does nothing on a retired ring.
     pub(crate) fn release(&self, cost: u64) {
@@ -660,15 +819,16 @@ impl Ring<'_> {
     }
 
     /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
-    /// `b − N + skip ..= b` of the window of `now()` (`skip` is 0 for the sliding-window
-    /// counter, `N` for the fixed window, which counts bucket `b` alone); returns how many
-    /// (see "Refunds"). `None` if the ring is retired.
+    /// `b − N + skip(reading) ..= b` of the window of `now()` (`skip` is 0 for the
+    /// sliding-window counter, 1 for Strict with marks when its oldest bucket has left, `N`
+    /// for the fixed window, which counts bucket `b` alone); returns how many (see
+    /// "Refunds"). `None` if the ring is retired.
     pub(crate) fn refund(
         &self,
         granularity: u64,
         now: impl Fn() -> u64,
         n: u64,
-        skip: u64,
+        skip: impl Fn(&Reading<'_>) -> u64,
     ) -> Option<u64> {
         let backoff = Backoff::new();
         // At most 2³¹ − 1 per raise, so a stale reader always sees a raised snapshot as later
@@ -679,6 +839,7 @@ impl Ring<'_> {
         let mut freed = 0;
         while left > 0 {
             let read = self.read(granularity, &now, true, |r| {
+                let skip = skip(r);
                 // Count only: pending reservations are not refundable.
                 // Saturating: a torn reading may show less than pending; `read` retries it.
                 let counted = r.tail(skip).saturating_sub(pending_of(r.cum));
@@ -689,9 +850,9 @@ impl Ring<'_> {
                 } else {
                     (r.cum as u32).wrapping_sub(counted as u32)
                 };
-                (r.front, from, counted)
+                (r.front, from, counted, skip)
             });
-            let Some(((front, from, counted), _)) = read else {
+            let Some(((front, from, counted, skip), _)) = read else {
                 // Retired. Once this refund's own raises have emptied the window, an idle
                 // retirement may come next: what was freed stays freed (the successor state is
                 // fresh), so report it rather than "retired".
@@ -741,7 +902,7 @@ impl Ring<'_> {
             // Acquire: pairs with the Release of the CAS that established or raised it.
             let mut seen = slot.load(Ordering::Acquire);
             loop {
-                if tag_of(seen) != k as u32 {
+                if tag_of(seen) != tag(k) {
                     // Recycled by a fill, and so is every older slot (fills go oldest first).
                     return Raised::Moved;
                 }
@@ -757,8 +918,12 @@ impl Ring<'_> {
                 }
                 // AcqRel: Release publishes the raise to readers of the slot, after the `cum`
                 // read that bounds `to`; Acquire on failure as the load above.
-                match slot.compare_exchange(seen, pack(k, to), Ordering::AcqRel, Ordering::Acquire)
-                {
+                match slot.compare_exchange(
+                    seen,
+                    with_snapshot(seen, to),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     // The oldest from below `to` (from the value the refund read, or from
                     // where a racing refund left it): this refund freed `to − snapshot`, and
                     // no raise of ours is left above the oldest snapshot unreported.
@@ -880,7 +1045,7 @@ impl Ring<'_> {
                 if self.front.load(Ordering::Acquire) != front {
                     return;
                 }
-                if tag_of(seen) == k as u32 {
+                if tag_of(seen) == tag(k) {
                     // Established by another helper; keep snapshots monotone.
                     snapshot = later(snapshot, snapshot_of(seen));
                     break;
@@ -904,6 +1069,51 @@ impl Ring<'_> {
     }
 }
 
+/// [`Ring::record_mark`] on `slot`, bucket `k`'s.
+#[inline(always)]
+fn record_mark_in(slot: &AtomicU64, k: u64, offset: u64, step: u64) -> u64 {
+    // Relaxed: the mark reaches a checker through this admission's CAS on `cum` (Release,
+    // after this in program order) and the checker's Acquire load of `cum`; a mark found
+    // here already, written by another admission, is then seen by that checker too
+    // (read-read coherence).
+    let seen = slot.load(Ordering::Relaxed);
+    let mark = mark_of(seen);
+    // `mark ≥ ⌈offset / step⌉ + 1`.
+    if mark * step >= offset + step {
+        return mark;
+    }
+    raise_mark(slot, k, seen, offset.div_ceil(step) + 1)
+}
+
+/// [`Ring::record_mark`]'s write: raises the mark of `slot` (bucket `k`, loaded as `seen`)
+/// to `mark` by CAS, keeping its tag and snapshot. A function apart, taking no `Ring`: a
+/// method made the inlined check build the ring in memory for it.
+#[cold]
+fn raise_mark(slot: &AtomicU64, k: u64, mut seen: u64, mark: u64) -> u64 {
+    loop {
+        if tag_of(seen) != tag(k) {
+            // Recycled by a fill that jumps past the window of `k`: bucket `k` never
+            // becomes the oldest of any reading, and a unit counted in a later bucket
+            // than its clock's needs no mark there (see "Last-admission marks").
+            return mark;
+        }
+        if mark_of(seen) >= mark {
+            return mark_of(seen);
+        }
+        // Relaxed: as the load in `record_mark`. A failure (a racing mark, a refund's
+        // raise) loads the slot again.
+        match slot.compare_exchange_weak(
+            seen,
+            with_mark(seen, mark),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return mark,
+            Err(now) => seen = now,
+        }
+    }
+}
+
 /// Where a fill from `front` towards `bucket` goes: `bucket` itself, unless the jump is
 /// more than `N` and within `N` of a multiple of 2³² buckets (tags would alias), in which
 /// case half-way round the tag space first.
@@ -912,11 +1122,11 @@ fn goal_for(front: u64, bucket: u64, buckets: u64) -> u64 {
     if gap <= buckets {
         return bucket;
     }
-    let residue = gap as u32;
-    if u64::from(residue) > buckets && u64::from(residue.wrapping_neg()) > buckets {
+    let residue = tag(gap);
+    if u64::from(residue) > buckets && u64::from(tag(u64::from(residue.wrapping_neg()))) > buckets {
         bucket
     } else {
-        front + (1 << 31)
+        front + (1 << (TAG_BITS - 1))
     }
 }
 

@@ -42,7 +42,7 @@ impl Shape {
                 window: rule.log.window,
             },
             Mode::Gcra => Shape::Gcra(rule.gcra),
-            Mode::Strict | Mode::Weighted | Mode::FixedWindow => Shape::Ring {
+            Mode::Strict | Mode::StrictMarked | Mode::Weighted | Mode::FixedWindow => Shape::Ring {
                 granularity: rule.counter.granularity,
                 buckets: rule.counter.buckets,
             },
@@ -203,10 +203,9 @@ impl State<'_> {
     ) -> Option<(Decision, u64)> {
         match self {
             State::Ring { ring, .. } => match op {
-                Op::Charge => counter::charge(*ring, &rule.counter, now, n),
+                Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
                 Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
-            }
-            .map(|d| (d, 0)),
+            },
             State::Log { log, .. } => log.check(&rule.log, now, n, op).map(|d| (d, 0)),
             State::Gcra { cell, .. } => cell.check(&rule.gcra, now, n, op),
         }
@@ -220,18 +219,20 @@ impl State<'_> {
             // A fresh cell's TAT is 0. Judged by the rule, not assumed: at the end of GCRA's
             // time even a fresh cell admits nothing.
             Mode::Gcra => rule.gcra.judge(0, now, n, Op::Peek).decision,
-            Mode::Strict | Mode::Weighted | Mode::FixedWindow => {
+            Mode::Strict | Mode::StrictMarked | Mode::Weighted | Mode::FixedWindow => {
                 counter::peek_fresh(&rule.counter, now, n)
             }
         }
     }
 
-    /// Turns a reservation of `n` into an admission. `false` if the state was retired
+    /// Turns a reservation of `n` made with `ticket` into an admission (an exact log's
+    /// ticket is its commit's stamp, see `multi.rs`). `false` if the state was retired
     /// (forcibly) since; see `multi.rs` for what that means.
-    pub(crate) fn commit(&self, n: u64, now: impl Fn() -> u64) -> bool {
+    pub(crate) fn commit(&self, n: u64, ticket: u64) -> bool {
         match self {
-            State::Ring { ring, .. } => ring.commit(n),
-            State::Log { log, .. } => log.commit(n, now),
+            // Strict with marks records the mark its ticket carries; other tickets are 0.
+            State::Ring { ring, .. } => ring.commit_marked(n, ticket),
+            State::Log { log, .. } => log.commit(n, || ticket),
             // A GCRA reservation is a charge already.
             State::Gcra { cell, .. } => !cell.is_retired(),
         }

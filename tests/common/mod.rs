@@ -2,8 +2,9 @@
 //!
 //! It applies the admission rules of `docs/design.md` literally: the sliding-window counter and
 //! the fixed window keep the admitted cost of every bucket in a map (with exact rational
-//! arithmetic for the Weighted mode), the exact log keeps every admitted unit's time, GCRA
-//! its theoretical arrival time. It is deliberately slow and obvious.
+//! arithmetic for the Weighted mode, and the time of each bucket's last admission for Strict
+//! with marks), the exact log keeps every admitted unit's time, GCRA its theoretical arrival
+//! time. It is deliberately slow and obvious.
 
 #![allow(dead_code)]
 
@@ -12,7 +13,17 @@ use std::collections::{BTreeMap, VecDeque};
 use slidegate::{Decision, Mode, Quota};
 
 /// Every algorithm, for tests that run them all.
-pub const MODES: [Mode; 5] = [
+pub const MODES: [Mode; 6] = [
+    Mode::Strict,
+    Mode::StrictMarked,
+    Mode::Weighted,
+    Mode::FixedWindow,
+    Mode::ExactLog,
+    Mode::Gcra,
+];
+
+/// The algorithms the Redis backend runs: all but Strict with marks, which it refuses.
+pub const REDIS_MODES: [Mode; 5] = [
     Mode::Strict,
     Mode::Weighted,
     Mode::FixedWindow,
@@ -30,6 +41,8 @@ pub struct Model {
     mode: Mode,
     /// Admitted cost per bucket index `t / G` (counter and fixed window).
     counts: BTreeMap<u64, u64>,
+    /// Per bucket index, the offset of its last admission into it (Strict with marks).
+    last: BTreeMap<u64, u64>,
     /// The time of every admitted unit still held, oldest first (exact log).
     log: VecDeque<u64>,
     /// GCRA's theoretical arrival time.
@@ -45,6 +58,7 @@ impl Model {
             buckets: quota.buckets(),
             mode: quota.mode(),
             counts: BTreeMap::new(),
+            last: BTreeMap::new(),
             log: VecDeque::new(),
             tat: 0,
         }
@@ -59,6 +73,21 @@ impl Model {
     /// Exact log: units admitted in `(t − W, t]`.
     fn in_log_window(&self, t: u64) -> u64 {
         self.log.iter().filter(|&&ts| ts + self.window > t).count() as u64
+    }
+
+    /// Strict with marks: whether at `t` the oldest bucket `b − N` holds something and its
+    /// last admission has left the window. The limiter stores that time rounded up to a step
+    /// of `⌈G / 254⌉` ns (8 bits per bucket), so the model rounds it the same way: the bucket
+    /// leaves once `t − W` reaches the rounded time.
+    fn oldest_has_left(&self, t: u64) -> bool {
+        let g = self.granularity;
+        let (b, r) = (t / g, t % g);
+        if b < self.buckets {
+            return false;
+        }
+        let oldest = b - self.buckets;
+        let step = g.div_ceil(254);
+        self.sum(oldest, oldest) > 0 && self.last[&oldest].div_ceil(step) * step <= r
     }
 
     fn sum(&self, from: u64, to: u64) -> u64 {
@@ -76,6 +105,10 @@ impl Model {
         let r = t % g;
         match self.mode {
             Mode::Strict => i128::from(self.sum(b.saturating_sub(self.buckets), b)) * i128::from(g),
+            Mode::StrictMarked => {
+                let from = b.saturating_sub(self.buckets) + u64::from(self.oldest_has_left(t));
+                i128::from(self.sum(from, b)) * i128::from(g)
+            }
             Mode::FixedWindow => i128::from(self.sum(b, b)) * i128::from(g),
             Mode::ExactLog => i128::from(self.in_log_window(t)) * i128::from(g),
             Mode::Gcra => unreachable!("GCRA is not a bucket sum"),
@@ -119,6 +152,7 @@ impl Model {
             Mode::Gcra => self.tat <= t,
             Mode::ExactLog => self.in_log_window(t) == 0,
             Mode::FixedWindow => self.sum(b, b) == 0,
+            Mode::StrictMarked => self.used_scaled(t) == 0,
             _ => self.sum(b.saturating_sub(self.buckets), b) == 0,
         }
     }
@@ -137,7 +171,12 @@ impl Model {
         match self.mode {
             Mode::Gcra => self.tat = self.tat.max(t) + n * self.gcra().0,
             Mode::ExactLog => self.log.extend(std::iter::repeat_n(t, n as usize)),
-            _ => *self.counts.entry(t / self.granularity).or_default() += n,
+            _ => {
+                let b = t / self.granularity;
+                *self.counts.entry(b).or_default() += n;
+                let last = self.last.entry(b).or_default();
+                *last = (*last).max(t % self.granularity);
+            }
         }
     }
 
@@ -173,6 +212,8 @@ impl Model {
                 let b = t / self.granularity;
                 let first = if mode == Mode::FixedWindow {
                     b
+                } else if mode == Mode::StrictMarked && self.oldest_has_left(t) {
+                    b - self.buckets + 1
                 } else {
                     b.saturating_sub(self.buckets)
                 };

@@ -65,7 +65,7 @@ fn refund_expires_the_oldest_units_first() {
     }
     assert_eq!(tails(&ring, 25), [6, 3, 1]);
     // Refunding 4 expires bucket 0's 3 and one of bucket 1's.
-    assert_eq!(ring.refund(10, || 25, 4, 0), Some(4));
+    assert_eq!(ring.refund(10, || 25, 4, |_| 0), Some(4));
     assert_eq!(tails(&ring, 25), [2, 2, 1]);
     // The next bucket's window keeps what is left, not the refunded units.
     assert_eq!(tails(&ring, 35), [2, 1, 0]);
@@ -77,9 +77,9 @@ fn refund_is_partial_when_the_window_holds_less() {
     let words = owned(2);
     let ring = Ring::packed(&words);
     assert!(charge_n(&ring, 0, 2, 5));
-    assert_eq!(ring.refund(10, || 5, 7, 0), Some(2));
+    assert_eq!(ring.refund(10, || 5, 7, |_| 0), Some(2));
     assert_eq!(tails(&ring, 5), [0, 0, 0]);
-    assert_eq!(ring.refund(10, || 5, 1, 0), Some(0));
+    assert_eq!(ring.refund(10, || 5, 1, |_| 0), Some(0));
     // Room is back: the full limit fits again.
     assert!(charge_n(&ring, 5, 5, 5));
 }
@@ -90,11 +90,11 @@ fn refund_after_a_fill_moves_the_ring_first() {
     let words = owned(2);
     let ring = Ring::packed(&words);
     assert!(charge_n(&ring, 0, 3, 5));
-    assert_eq!(ring.refund(10, || 35, 3, 0), Some(0));
+    assert_eq!(ring.refund(10, || 35, 3, |_| 0), Some(0));
     // Units across buckets 3 and 4, refunded at 4 after the fill to it.
     assert!(charge_n(&ring, 35, 2, 5));
     assert!(charge_n(&ring, 45, 2, 5));
-    assert_eq!(ring.refund(10, || 45, 3, 0), Some(3));
+    assert_eq!(ring.refund(10, || 45, 3, |_| 0), Some(3));
     assert_eq!(tails(&ring, 45), [1, 1, 1]);
     assert_eq!(tails(&ring, 55), [1, 1, 0]);
 }
@@ -105,11 +105,11 @@ fn refund_leaves_pending_reservations_alone_and_does_nothing_when_retired() {
     let ring = Ring::packed(&words);
     assert!(charge_n(&ring, 0, 1, 3));
     assert!(reserve(&ring, 0, 2, 3));
-    assert_eq!(ring.refund(10, || 0, 3, 0), Some(1));
+    assert_eq!(ring.refund(10, || 0, 3, |_| 0), Some(1));
     assert_eq!(tails(&ring, 0), [2, 2]);
     ring.release(2);
     assert!(ring.retire_now());
-    assert_eq!(ring.refund(10, || 0, 1, 0), None);
+    assert_eq!(ring.refund(10, || 0, 1, |_| 0), None);
 }
 
 #[test]
@@ -131,7 +131,7 @@ fn a_reader_whose_count_is_older_than_a_raise_is_torn_not_negative() {
     assert!(charge_n(&ring, 0, 2, 5));
     // Raises both snapshots to 3, past the stale reading's count of 2; `tail(1)` loads
     // the newest slot afresh (`tail(0)` uses the oldest as `read` loaded it).
-    assert_eq!(ring.refund(10, || 0, 3, 0), Some(3));
+    assert_eq!(ring.refund(10, || 0, 3, |_| 0), Some(3));
     assert_eq!(stale.tail(0), 2);
     assert!(!stale.torn.get());
     assert_eq!(stale.tail(1), 0);
@@ -179,7 +179,7 @@ proptest::proptest! {
             t += dt;
             let b = t / 10;
             if refund {
-                let freed = ring.refund(10, || t, n, 0);
+                let freed = ring.refund(10, || t, n, |_| 0);
                 proptest::prop_assert_eq!(freed, Some(model.refund(b, buckets, n)));
             } else if n > 0 {
                 let ok = charge_n(&ring, t, n, limit);
@@ -200,12 +200,17 @@ proptest::proptest! {
 fn goal_jumps_straight_unless_tags_would_alias() {
     assert_eq!(goal_for(100, 103, 10), 103);
     assert_eq!(goal_for(100, 1000, 10), 1000);
-    let far = 100 + (1u64 << 32) + 3;
-    assert_eq!(goal_for(100, far, 10), 100 + (1 << 31));
+    // Tags are the bucket index mod 2²⁴.
+    let far = 100 + (1u64 << 24) + 3;
+    assert_eq!(goal_for(100, far, 10), 100 + (1 << 23));
     // From half-way the rest of the jump is safe.
-    assert_eq!(goal_for(100 + (1 << 31), far, 10), far);
-    let near = 100 + (1u64 << 32) - 5;
-    assert_eq!(goal_for(100, near, 10), 100 + (1 << 31));
+    assert_eq!(goal_for(100 + (1 << 23), far, 10), far);
+    let near = 100 + (1u64 << 24) - 5;
+    assert_eq!(goal_for(100, near, 10), 100 + (1 << 23));
+    assert_eq!(
+        goal_for(100, 100 + (1u64 << 32) + 20, 10),
+        100 + (1u64 << 32) + 20
+    );
 }
 
 #[test]
@@ -337,10 +342,10 @@ fn a_fill_establishes_every_bucket_of_the_goal_window() {
     ring.advance(4 + 2);
     assert_eq!(ring.front.load(Ordering::Relaxed), 6);
     for k in 3..=6 {
-        assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), k as u32);
+        assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), tag(k));
     }
     ring.advance(6 + 100);
     for k in 103..=106 {
-        assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), k as u32);
+        assert_eq!(tag_of(ring.slot(k).load(Ordering::Relaxed)), tag(k));
     }
 }
