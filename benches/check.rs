@@ -34,8 +34,9 @@ const WINDOW_SECS: u64 = 3600;
 /// Bucket counts `N`; each divides `WINDOW_SECS`.
 const BUCKETS: [u64; 4] = [1, 10, 60, 3600];
 
-const MODES: [(Mode, &str); 2] = [
+const MODES: [(Mode, &str); 3] = [
     (Mode::Strict, "slidegate_strict"),
+    (Mode::StrictMarked, "slidegate_strict_marked"),
     (Mode::Weighted, "slidegate_weighted"),
 ];
 

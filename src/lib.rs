@@ -23,7 +23,9 @@
 //! # A guide to the API
 //! - **What is promised:** a [`Quota`] of `limit` per `window`, counted by the algorithm its
 //!   [`Mode`] names: [`Mode::Strict`] (the default: never more than `limit` in any interval
-//!   of length `window`), [`Mode::Weighted`] (Cloudflare's sliding-window counter),
+//!   of length `window`), [`Mode::StrictMarked`] (the same promise, closer to exact: it
+//!   drops the oldest bucket once its last admission has left the window),
+//!   [`Mode::Weighted`] (Cloudflare's sliding-window counter),
 //!   [`Mode::ExactLog`] (the definition itself), [`Mode::FixedWindow`] and [`Mode::Gcra`]
 //!   (governor's token bucket). [`Quota::bytes_per_key`] says what one key of it costs.
 //! - **What is answered:** every check returns a [`Decision`] — allowed or not, `remaining`,

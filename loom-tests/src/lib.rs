@@ -9,7 +9,8 @@
 //!   gave; `effective_times` derives from a decision whether the call judged at that reading
 //!   or at the start of a newer bucket.
 //! - `Event` and `run`: one check or peek, the reading it used and its decision.
-//! - The oracles: `assert_strict_safe` (no interval of length `W` holds more than `L`),
+//! - The oracles: `assert_strict_safe` (no interval of length `W` holds more than `L`;
+//!   `assert_safe_at_readings` the same over plain `(reading, cost)` pairs),
 //!   `assert_linearizable` (at one instant, the decisions are those of some sequential
 //!   order), `assert_explained` and `assert_final` (every decision and every final window sum
 //!   is what a sequential sliding-window counter answers, given which concurrent admissions

@@ -322,6 +322,21 @@ pub fn assert_strict_safe(spec: &Spec, events: &[Event]) {
     );
 }
 
+/// Strict's bound over admissions `(clock reading, cost)`: no interval of length `W` holds
+/// more than `L`, each admission at its own reading (for Strict with marks, whose decisions'
+/// `reset_after` does not tell [`effective_times`] the time judged at; a unit judged at a
+/// newer bucket's start is counted there, which only keeps it longer).
+pub fn assert_safe_at_readings(spec: &Spec, admitted: &[(u64, u64)]) {
+    for &(s, _) in admitted {
+        let held: u64 = admitted
+            .iter()
+            .filter(|&&(t, _)| t >= s && t < s + spec.window())
+            .map(|&(_, n)| n)
+            .sum();
+        assert!(held <= spec.limit, "{held} in [{s}, {s} + W): {admitted:?}");
+    }
+}
+
 /// Linearisability at one instant (no bucket boundary crossed by any event): there is an
 /// order of all events, respecting each thread's own order, in which a sequential counter
 /// starting at `initial` gives every event exactly the decision it got. Proves that no

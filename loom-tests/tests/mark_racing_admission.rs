@@ -21,21 +21,8 @@
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{Op, Spec, charged, model, run};
+use loom_tests::{Op, Spec, assert_safe_at_readings, charged, model, run};
 use slidegate::Mode;
-
-/// Strict's bound over admissions `(clock reading, cost)`: no interval of length W holds
-/// more than L.
-fn assert_safe_at_readings(spec: &Spec, admitted: &[(u64, u64)]) {
-    for &(s, _) in admitted {
-        let held: u64 = admitted
-            .iter()
-            .filter(|&&(t, _)| t >= s && t < s + spec.window())
-            .map(|&(_, n)| n)
-            .sum();
-        assert!(held <= spec.limit, "{held} in [{s}, {s} + W): {admitted:?}");
-    }
-}
 
 #[test]
 fn a_mark_is_seen_with_the_unit_it_covers() {
