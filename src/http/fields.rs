@@ -23,7 +23,7 @@ use core::time::Duration;
 use http::HeaderValue;
 
 use super::PolicyNameError;
-use super::headers;
+use super::headers::{self, FieldBuf};
 
 /// A policy's name as a Structured Field String, checked once (printable ASCII only).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,11 +38,12 @@ impl PolicyName {
     }
 }
 
-/// The values of `RateLimit-Policy` and `RateLimit`, built item by item.
+/// The values of `RateLimit-Policy` and `RateLimit`, built item by item on the stack (the
+/// layer's builder): each value is copied into its `HeaderValue` once.
 #[derive(Clone, Debug, Default)]
 pub struct Fields {
-    policy: String,
-    limit: String,
+    policy: FieldBuf,
+    limit: FieldBuf,
 }
 
 impl Fields {
@@ -66,13 +67,7 @@ impl Fields {
 
     /// The `RateLimit-Policy` and `RateLimit` values; `None` for a field with no item.
     pub fn into_values(self) -> (Option<HeaderValue>, Option<HeaderValue>) {
-        // The builders write visible ASCII only; the String is handed over without a copy.
-        let value = |s: String| {
-            (!s.is_empty())
-                .then(|| HeaderValue::try_from(s).ok())
-                .flatten()
-        };
-        (value(self.policy), value(self.limit))
+        (self.policy.value(), self.limit.value())
     }
 }
 
