@@ -8,7 +8,12 @@
 //!
 //! `--method decide` calls Envoy's RateLimitService; `--method noop` the server's no-op
 //! (served with `--noop-endpoints`), which decodes the same request and decides nothing.
-//! Each call names one of `--keys` users, in turn.
+//! Each call names one of `--keys` users, in turn. `--http ADDR` instead of `--grpc` sends
+//! the same request as JSON to `POST /v1/check` (or `/v1/noop`).
+//!
+//! `--requests N` sends exactly `N` calls, one after another on one connection, for counting
+//! the server's instructions under `valgrind --tool=callgrind` (two runs of different `N`
+//! subtract the server's start and stop; docs/serve.md has the method).
 
 #[path = "../src/serve/proto/mod.rs"]
 #[allow(clippy::all)]
@@ -25,6 +30,9 @@ use tonic::transport::Channel;
 
 struct Options {
     grpc: String,
+    /// The HTTP/JSON API's address, to load it instead of gRPC.
+    http: Option<String>,
+    requests: Option<usize>,
     noop: bool,
     connections: usize,
     duration: Duration,
@@ -34,6 +42,8 @@ struct Options {
 fn options() -> Result<Options, String> {
     let mut o = Options {
         grpc: "127.0.0.1:8081".into(),
+        http: None,
+        requests: None,
         noop: false,
         connections: 64,
         duration: Duration::from_secs(10),
@@ -44,6 +54,10 @@ fn options() -> Result<Options, String> {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--grpc" => o.grpc = value()?,
+            "--http" => o.http = Some(value()?),
+            "--requests" => {
+                o.requests = Some(value()?.parse().map_err(|e| format!("--requests: {e}"))?)
+            }
             "--method" => o.noop = value()? == "noop",
             "--connections" => {
                 o.connections = value()?
@@ -78,6 +92,57 @@ fn request(user: usize) -> RateLimitRequest {
     }
 }
 
+/// The JSON of [`request`].
+fn json_request(user: usize) -> String {
+    format!(
+        r#"{{"domain":"bench","descriptors":[{{"entries":[{{"key":"user","value":"user-{user}"}}]}}]}}"#
+    )
+}
+
+/// `o.requests` calls in sequence on one connection; prints the count of errors.
+async fn counted(o: &Options, requests: usize) {
+    let mut errors = 0u64;
+    if let Some(http) = &o.http {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .unwrap();
+        let path = if o.noop { "noop" } else { "check" };
+        let url = format!("http://{http}/v1/{path}");
+        for i in 0..requests {
+            let res = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(json_request(i % o.keys))
+                .send()
+                .await;
+            let ok = match res {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            errors += u64::from(!ok);
+        }
+    } else {
+        let channel = Channel::from_shared(format!("http://{}", o.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut decide = RateLimitServiceClient::new(channel.clone());
+        let mut nothing = NoopClient::new(channel);
+        for i in 0..requests {
+            let req = request(i % o.keys);
+            let ok = if o.noop {
+                nothing.should_rate_limit(req).await.is_ok()
+            } else {
+                decide.should_rate_limit(req).await.is_ok()
+            };
+            errors += u64::from(!ok);
+        }
+    }
+    println!("{requests} requests, {errors} errors");
+}
+
 fn main() {
     let o = match options() {
         Ok(o) => o,
@@ -90,6 +155,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if let Some(n) = o.requests {
+        runtime.block_on(counted(&o, n));
+        return;
+    }
     runtime.block_on(async {
         let mut tasks = Vec::with_capacity(o.connections);
         let deadline = Instant::now() + o.duration;

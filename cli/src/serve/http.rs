@@ -79,7 +79,11 @@ fn error(status: StatusCode, field: &str, message: &str) -> Response {
 }
 
 fn json(status: StatusCode, value: &impl Serialize) -> Response {
-    let body = serde_json::to_vec(value).unwrap_or_default();
+    json_body(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A response of JSON already written.
+fn json_body(status: StatusCode, body: Vec<u8>) -> Response {
     let mut res = Response::new(Body::from(body));
     *res.status_mut() = status;
     res.headers_mut()
@@ -206,78 +210,73 @@ impl<'a> CheckBody<'a> {
     }
 }
 
-/// The JSON of a decision.
-#[derive(Serialize)]
-struct Reply<'a> {
-    allowed: bool,
-    code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after_ms: Option<u64>,
-    statuses: Vec<StatusReply<'a>>,
+/// Writes the JSON of a decision (docs/serve.md lists its fields) into `out`, byte for byte
+/// what serde_json writes of the same answer (a test holds it to that), without a value per
+/// field: the integers by `itoa`, each rule's constant part (`"rule":…,"limit":…,
+/// "window_ms":…`) built once with the rules. Through serde, the answer cost more
+/// instructions than the decision it reports.
+fn write_reply(out: &mut Vec<u8>, set: &RuleSet, o: &Outcome) {
+    out.extend_from_slice(if o.allowed {
+        &br#"{"allowed":true,"code":"OK""#[..]
+    } else {
+        &br#"{"allowed":false,"code":"OVER_LIMIT""#[..]
+    });
+    if let Some(wait) = o.retry_after.filter(|_| !o.allowed) {
+        put_u64(out, br#","retry_after_ms":"#, ceil_ms(wait));
+    }
+    out.extend_from_slice(br#","statuses":["#);
+    for (i, s) in o.statuses.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let Some(which) = &s.which else {
+            out.extend_from_slice(br#"{"code":"OK","rule":null}"#);
+            continue;
+        };
+        let r = which.get(set);
+        out.extend_from_slice(if s.over {
+            &br#"{"code":"OVER_LIMIT","#[..]
+        } else {
+            &br#"{"code":"OK","#[..]
+        });
+        out.extend_from_slice(r.json.as_bytes());
+        put_u64(out, br#","remaining":"#, s.remaining);
+        put_u64(out, br#","reset_after_ms":"#, ceil_ms(s.reset_after));
+        if let Some(wait) = s.retry_after.filter(|_| s.over) {
+            put_u64(out, br#","retry_after_ms":"#, ceil_ms(wait));
+        }
+        if r.spec.shadow {
+            out.extend_from_slice(br#","shadow":true"#);
+        }
+        if s.shadow_over {
+            out.extend_from_slice(br#","would_deny":true"#);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
 }
 
-#[derive(Serialize)]
-struct StatusReply<'a> {
-    code: &'static str,
-    rule: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    limit: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    window_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    remaining: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reset_after_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after_ms: Option<u64>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    shadow: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    would_deny: bool,
+/// Room for the JSON of `o`, so `write_reply` writes it without growing the buffer.
+fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
+    // The widest status less its rule's part: a code, three numbers of at most 20 digits
+    // with their names, the two flags.
+    const STATUS: usize = 160;
+    64 + o
+        .statuses
+        .iter()
+        .map(|s| STATUS + s.which.as_ref().map_or(0, |w| w.get(set).json.len()))
+        .sum::<usize>()
+}
+
+/// `name` and `value`'s digits.
+fn put_u64(out: &mut Vec<u8>, name: &[u8], value: u64) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
 /// Milliseconds, rounded up: a client told to wait this long is never early.
-fn ceil_ms(d: Duration) -> u64 {
+pub(crate) fn ceil_ms(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-fn reply<'a>(set: &'a RuleSet, o: &'a Outcome) -> Reply<'a> {
-    Reply {
-        allowed: o.allowed,
-        code: if o.allowed { "OK" } else { "OVER_LIMIT" },
-        retry_after_ms: o.retry_after.filter(|_| !o.allowed).map(ceil_ms),
-        statuses: o
-            .statuses
-            .iter()
-            .map(|s| match &s.which {
-                None => StatusReply {
-                    code: "OK",
-                    rule: None,
-                    limit: None,
-                    window_ms: None,
-                    remaining: None,
-                    reset_after_ms: None,
-                    retry_after_ms: None,
-                    shadow: false,
-                    would_deny: false,
-                },
-                Some(w) => {
-                    let r = w.get(set);
-                    StatusReply {
-                        code: if s.over { "OVER_LIMIT" } else { "OK" },
-                        rule: Some(&r.spec.display),
-                        limit: Some(r.spec.quota.limit()),
-                        window_ms: Some(ceil_ms(r.spec.quota.window())),
-                        remaining: Some(s.remaining),
-                        reset_after_ms: Some(ceil_ms(s.reset_after)),
-                        retry_after_ms: s.retry_after.filter(|_| s.over).map(ceil_ms),
-                        shadow: r.spec.shadow,
-                        would_deny: s.shadow_over,
-                    }
-                }
-            })
-            .collect(),
-    }
 }
 
 /// The body, refused with 413 beyond the limit, as JSON.
@@ -366,7 +365,9 @@ fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answe
             } else {
                 StatusCode::TOO_MANY_REQUESTS
             };
-            let mut res = json(status, &reply(set, &o));
+            let mut body = Vec::with_capacity(reply_capacity(set, &o));
+            write_reply(&mut body, set, &o);
+            let mut res = json_body(status, body);
             let [policy, limit, retry] = o.fields(set);
             let h = res.headers_mut();
             for (name, value) in [
@@ -426,13 +427,18 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
     let (set, outcomes) = api.engine.decide_batch(&requests).await;
     match outcomes {
         Ok(Ok(outcomes)) => {
-            #[derive(Serialize)]
-            struct Results<'a> {
-                results: Vec<Reply<'a>>,
+            let room: usize = outcomes.iter().map(|o| reply_capacity(&set, o)).sum();
+            let mut body = Vec::with_capacity(16 + room);
+            body.extend_from_slice(br#"{"results":["#);
+            for (i, o) in outcomes.iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                write_reply(&mut body, &set, o);
             }
-            let results = outcomes.iter().map(|o| reply(&set, o)).collect();
+            body.extend_from_slice(b"]}");
             api.metrics.record(Answer::Ok, started.elapsed());
-            json(StatusCode::OK, &Results { results })
+            json_body(StatusCode::OK, body)
         }
         Ok(Err(e)) => {
             api.metrics.record(Answer::Error, started.elapsed());
@@ -542,5 +548,181 @@ async fn ready(State(api): State<Arc<Api>>) -> impl IntoResponse {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
     } else {
         (StatusCode::OK, "ready\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::engine::{Backend, ServeClock};
+    use crate::serve::rules::toml;
+    use slidegate::clock::ManualClock;
+
+    /// serde_json's answer: the reference `write_reply` is held to.
+    #[derive(Serialize)]
+    struct Reply<'a> {
+        allowed: bool,
+        code: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+        statuses: Vec<StatusReply<'a>>,
+    }
+
+    #[derive(Serialize)]
+    struct StatusReply<'a> {
+        code: &'static str,
+        rule: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limit: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        window_ms: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        remaining: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reset_after_ms: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        shadow: bool,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        would_deny: bool,
+    }
+
+    fn reference(set: &RuleSet, o: &Outcome) -> String {
+        let code = |over: bool| if over { "OVER_LIMIT" } else { "OK" };
+        let reply = Reply {
+            allowed: o.allowed,
+            code: code(!o.allowed),
+            retry_after_ms: o.retry_after.filter(|_| !o.allowed).map(ceil_ms),
+            statuses: o
+                .statuses
+                .iter()
+                .map(|s| {
+                    let r = s.which.as_ref().map(|w| w.get(set));
+                    StatusReply {
+                        code: code(s.over),
+                        rule: r.map(|r| &*r.spec.display),
+                        limit: r.map(|r| r.spec.quota.limit()),
+                        window_ms: r.map(|r| ceil_ms(r.spec.quota.window())),
+                        remaining: r.map(|_| s.remaining),
+                        reset_after_ms: r.map(|_| ceil_ms(s.reset_after)),
+                        retry_after_ms: s.retry_after.filter(|_| s.over).map(ceil_ms),
+                        shadow: r.is_some_and(|r| r.spec.shadow),
+                        would_deny: s.shadow_over,
+                    }
+                })
+                .collect(),
+        };
+        serde_json::to_string(&reply).unwrap()
+    }
+
+    const RULES: &str = r#"
+[rules.user]
+limit = 2
+window = "10s"
+granularity = "1s"
+
+[rules.'q"uo\te']
+limit = 2000000000
+window = "1500ms"
+
+[rules.trial]
+limit = 1
+window = "1h"
+shadow = true
+
+[keys]
+default = ["user", 'q"uo\te']
+
+[[descriptors]]
+domain = "api"
+match = ["user"]
+rule = "user"
+
+[[descriptors]]
+domain = "api"
+match = ["plan=trial"]
+rule = "trial"
+"#;
+
+    /// Every shape of answer — admitted, denied, shadow, no rule, a limit of the request's
+    /// own, a cost no window admits, an escaped rule name — written as serde_json writes it.
+    #[test]
+    fn written_reply_is_serde_jsons() {
+        let clock = ManualClock::new();
+        let backend = Backend::Memory {
+            clock: ServeClock::Manual(clock.clone()),
+            max_keys: 100,
+        };
+        let engine = Engine::new(toml::parse(RULES).unwrap(), backend).unwrap();
+        let descriptors =
+            |list: &[&[(&'static str, &'static str)]], limit| engine::Request::Descriptors {
+                domain: "api",
+                descriptors: list
+                    .iter()
+                    .map(|e| Descriptor {
+                        entries: e.to_vec(),
+                        limit,
+                    })
+                    .collect(),
+            };
+        let requests = [
+            (descriptors(&[&[("user", "a")]], None), 1),
+            (
+                descriptors(&[&[("user", "a")], &[("plan", "trial")]], None),
+                1,
+            ),
+            (
+                descriptors(&[&[("user", "a")], &[("nothing", "x")]], None),
+                1,
+            ),
+            (descriptors(&[&[("plan", "trial")]], None), 1),
+            (descriptors(&[&[("plan", "trial")]], None), 5),
+            (descriptors(&[&[("user", "b")]], None), 3),
+            (
+                descriptors(&[&[("x", "y")]], Some((7, Duration::from_secs(60)))),
+                2,
+            ),
+            (
+                engine::Request::Key {
+                    key: "k",
+                    rules: None,
+                },
+                1,
+            ),
+        ];
+        let mut shapes = std::collections::HashSet::new();
+        for round in 0..3 {
+            for (request, cost) in &requests {
+                engine.decide_local(request, *cost, |set, o| {
+                    let o = o.unwrap();
+                    let mut out = Vec::with_capacity(reply_capacity(set, &o));
+                    let room = out.capacity();
+                    write_reply(&mut out, set, &o);
+                    assert_eq!(String::from_utf8(out.clone()).unwrap(), reference(set, &o));
+                    assert!(out.len() <= room, "grew past its capacity");
+                    let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                    for s in value["statuses"].as_array().unwrap() {
+                        shapes.insert(format!(
+                            "{} {:?}",
+                            s["code"],
+                            s.as_object().unwrap().keys().collect::<Vec<_>>()
+                        ));
+                    }
+                });
+            }
+            clock.advance(Duration::from_millis(700 * round));
+        }
+        // Denied with a wait, shadow and would-deny, no rule: each appeared.
+        let all = shapes.into_iter().collect::<Vec<_>>().join("\n");
+        for needle in [
+            "\"OVER_LIMIT\"",
+            "retry_after_ms",
+            "would_deny",
+            "shadow",
+            "[\"code\", \"rule\"]",
+        ] {
+            assert!(all.contains(needle), "no status with {needle} among\n{all}");
+        }
     }
 }
