@@ -404,6 +404,42 @@ fn policies_allow_and_deny_decide_while_redis_is_down() {
     });
 }
 
+/// A caller that stops waiting (its future dropped) while its decision is the half-open
+/// breaker's probe gives the probe back: the next decision probes, and Redis decides again.
+#[test]
+fn a_probe_whose_caller_stops_waiting_does_not_hold_the_breaker_open() {
+    let server = Server::start();
+    // One thread: the connection's task cannot run while this test polls, so the probe is
+    // still waiting for Redis when it is dropped.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let conn = Connection::open(&server.url()).await.unwrap();
+        let limiter = RedisLimiter::builder(quota(100, Duration::from_secs(60)))
+            .deadline(Duration::from_secs(10))
+            .cooldown(Duration::from_millis(20))
+            .build(&conn)
+            .unwrap();
+        // A key of another type fails its decision, which opens the breaker.
+        let (h, _) = limiter.redis_keys("wrong").unwrap();
+        server.cli(&["SET", &h, "x"]).unwrap();
+        let d = limiter.check("wrong").await.unwrap();
+        assert_eq!(d.degraded(), Some(Degraded::Failed));
+        // Once the cool-down has passed, the next decision is the probe; its caller stops
+        // waiting after the first poll.
+        while limiter.is_degraded() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let probe = limiter.check("alice");
+        assert!(futures_util::FutureExt::now_or_never(probe).is_none());
+        let d = limiter.check("alice").await.unwrap();
+        assert_eq!((d.path(), d.degraded()), (Path::Redis, None));
+        assert!(!limiter.is_degraded());
+    });
+}
+
 /// Three processes' worth of leasing limiters on one hot key: the shared limit holds
 /// exactly, round trips stay under 100 per 1000 admitted, and what leases held unused is
 /// given back.

@@ -44,7 +44,16 @@ impl Breaker {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn pass(&self) -> Pass {
+    /// A decision's way through the breaker; report its outcome with
+    /// [`Attempt::success`] or [`Attempt::failure`].
+    pub(crate) fn attempt(&self) -> Attempt<'_> {
+        Attempt {
+            breaker: self,
+            pass: self.pass(),
+        }
+    }
+
+    fn pass(&self) -> Pass {
         // Relaxed throughout: the breaker only steers traffic; a stale reading sends one
         // decision more or fewer to Redis, and each decision has its own deadline.
         let until = self.open_until.load(Ordering::Relaxed);
@@ -63,16 +72,23 @@ impl Breaker {
         }
     }
 
-    pub(crate) fn success(&self, pass: Pass) {
+    fn success(&self, pass: Pass) {
         if pass == Pass::Probe || self.open_until.load(Ordering::Relaxed) != 0 {
             self.open_until.store(0, Ordering::Relaxed);
             self.probing.store(false, Ordering::Relaxed);
         }
     }
 
-    pub(crate) fn failure(&self, pass: Pass) {
+    fn failure(&self, pass: Pass) {
         let until = self.now().saturating_add(self.cooldown).max(1);
         self.open_until.store(until, Ordering::Relaxed);
+        if pass == Pass::Probe {
+            self.probing.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// A probe that ended without an outcome: the next decision probes instead.
+    fn abandon(&self, pass: Pass) {
         if pass == Pass::Probe {
             self.probing.store(false, Ordering::Relaxed);
         }
@@ -86,6 +102,37 @@ impl Breaker {
     pub(crate) fn is_open(&self) -> bool {
         let until = self.open_until.load(Ordering::Relaxed);
         until != 0 && self.now() < until
+    }
+}
+
+/// A decision's pass through the [`Breaker`]. Dropped without an outcome — its caller's
+/// future dropped while it waited for Redis — it gives a half-open breaker's probe back, or
+/// the breaker would wait for that probe's answer for ever and stay open.
+#[must_use = "report the outcome, or the probe is given back unanswered"]
+pub(crate) struct Attempt<'a> {
+    breaker: &'a Breaker,
+    pass: Pass,
+}
+
+impl Attempt<'_> {
+    pub(crate) fn pass(&self) -> Pass {
+        self.pass
+    }
+
+    pub(crate) fn success(mut self) {
+        self.breaker.success(self.pass);
+        self.pass = Pass::Go;
+    }
+
+    pub(crate) fn failure(mut self) {
+        self.breaker.failure(self.pass);
+        self.pass = Pass::Go;
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        self.breaker.abandon(self.pass);
     }
 }
 
@@ -109,5 +156,20 @@ mod tests {
         b.failure(Pass::Go);
         assert_eq!(b.pass(), Pass::Open);
         assert!(b.is_open());
+    }
+
+    #[test]
+    fn a_probe_dropped_unanswered_is_given_back() {
+        let b = Breaker::new(Duration::from_nanos(1));
+        b.attempt().failure();
+        while b.now() < 2 {}
+        let probe = b.attempt();
+        assert_eq!(probe.pass(), Pass::Probe);
+        assert_eq!(b.attempt().pass(), Pass::Open);
+        drop(probe);
+        let probe = b.attempt();
+        assert_eq!(probe.pass(), Pass::Probe);
+        probe.success();
+        assert_eq!(b.attempt().pass(), Pass::Go);
     }
 }

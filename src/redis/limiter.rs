@@ -334,8 +334,8 @@ impl RedisLimiter {
         expires: Instant,
         call: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let pass = self.inner.breaker.pass();
-        if pass == Pass::Open {
+        let attempt = self.inner.breaker.attempt();
+        if attempt.pass() == Pass::Open {
             // No I/O to wait for: take part in tokio's cooperative budget, or a caller's loop
             // of such decisions would starve the connection's own task of the worker, and
             // the probe that would close the breaker could never finish.
@@ -344,12 +344,12 @@ impl RedisLimiter {
         }
         match tokio::time::timeout_at(expires, call).await {
             Ok(Ok(out)) => {
-                self.inner.breaker.success(pass);
+                attempt.success();
                 Ok(out)
             }
             // The batch's task gives up on a call at the deadline as well, and may run first.
             Ok(Err(Error::Unavailable(Degraded::Deadline))) | Err(_) => {
-                self.inner.breaker.failure(pass);
+                attempt.failure();
                 self.note(format!(
                     "no answer within the deadline of {:?}",
                     self.inner.deadline
@@ -357,7 +357,7 @@ impl RedisLimiter {
                 Err(Error::Unavailable(Degraded::Deadline))
             }
             Ok(Err(e)) => {
-                self.inner.breaker.failure(pass);
+                attempt.failure();
                 self.note(e.to_string());
                 Err(e)
             }
