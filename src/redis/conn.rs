@@ -153,14 +153,14 @@ impl Raw {
         // flushes in a row within a round trip each are not a server to keep calling.
         for _ in 0..3 {
             if self.eval_only.load(Ordering::Relaxed) {
-                return match lib.eval(entry, inv, true).query_async(&mut conn).await {
+                return match conn.query(&lib.eval(entry, inv, true)).await {
                     Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        lib.eval(entry, inv, false).query_async(&mut conn).await
+                        conn.query(&lib.eval(entry, inv, false)).await
                     }
                     r => r,
                 };
             }
-            match lib.fcall(entry, inv).query_async(&mut conn).await {
+            match conn.query(&lib.fcall(entry, inv)).await {
                 Err(e) if missing_function(&e) => {
                     if let Err(e) = conn.load(lib, slot).await {
                         if !without_functions(&e) {
@@ -187,7 +187,7 @@ impl Raw {
     async fn prepare(&mut self) {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(&Library::get().source);
-        match cmd.query_async::<Value>(self).await {
+        match self.query(&cmd).await {
             Err(e) if without_functions(&e) => self.eval_only.store(true, Ordering::Relaxed),
             _ => {}
         }
@@ -209,8 +209,16 @@ impl Raw {
         }
     }
 
+    /// Sends one command to the server (on a Cluster, to the node of its keys).
+    async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        match &mut self.inner {
+            Inner::Single(c) => cmd.query_async(c).await,
+            Inner::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+
     async fn ping(&mut self) -> redis::RedisResult<()> {
-        let pong: String = redis::cmd("PING").query_async(self).await?;
+        let pong: String = redis::from_redis_value(self.query(&redis::cmd("PING")).await?)?;
         if pong == "PONG" {
             Ok(())
         } else {
@@ -255,9 +263,10 @@ async fn within(
     }
 }
 
-impl ConnectionLike for Raw {
+/// Commands of the caller's own through the connection (the server's, or the Cluster's).
+impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match &mut self.inner {
+        match &mut self.raw.inner {
             Inner::Single(c) => c.req_packed_command(cmd),
             Inner::Cluster(c) => c.req_packed_command(cmd),
         }
@@ -269,35 +278,16 @@ impl ConnectionLike for Raw {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match &mut self.inner {
+        match &mut self.raw.inner {
             Inner::Single(c) => c.req_packed_commands(cmd, offset, count),
             Inner::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
-        match &self.inner {
+        match &self.raw.inner {
             Inner::Single(c) => c.get_db(),
             Inner::Cluster(c) => c.get_db(),
         }
-    }
-}
-
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.raw.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.raw.req_packed_commands(cmd, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.raw.get_db()
     }
 }
