@@ -106,49 +106,71 @@ thread_local! {
     };
 }
 
-/// Runs one case against a fresh key; every answer of Redis must equal the local limiter's
-/// and the model's.
+/// Runs one case against two fresh keys (every third operation on the second); every answer
+/// of Redis must equal the local limiter's and the model's. Checks and peeks at one time
+/// run concurrently, so that they travel together in one call of the library's `decide`.
 fn run(quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
     FIXTURE.with(|f| run_on(f, quota, start, ops))
 }
 
 fn run_on(f: &Fixture, quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
-    let local = SlidingWindow::with_clock(quota, clock.clone());
     let remote = RedisLimiter::builder(quota)
         .prefix(format!("conf{}:", f.next.fetch_add(1, Ordering::Relaxed)))
         .deadline(Duration::from_secs(10))
         .test_clock(clock.clone())
         .build(&f.conn)
         .unwrap();
-    let mut model = Model::new(quota);
+    let keys = ["k", "j"];
+    let local = keys.map(|_| SlidingWindow::with_clock(quota, clock.clone()));
+    let mut model = keys.map(|_| Model::new(quota));
     let mut t = start;
-    for (step, op) in ops {
-        t += step;
+    let mut i = 0;
+    while i < ops.len() {
+        t += ops[i].0;
         clock.set(Duration::from_micros(t));
         let ns = t * US;
-        match op {
-            Op::Check(n) => {
-                let d = local.check_n(n).unwrap();
-                let r = f.rt.block_on(remote.check_n("k", n)).unwrap();
+        // The run of checks and peeks at this time, sent at once.
+        let burst = ops[i..]
+            .iter()
+            .enumerate()
+            .take_while(|(j, (step, op))| !matches!(op, Op::Refund(_)) && (*j == 0 || *step == 0))
+            .count();
+        if burst > 0 {
+            let which = |j: usize| (i + j) % 3 / 2;
+            let asked = ops[i..i + burst].iter().enumerate().map(|(j, (_, op))| {
+                let (remote, key) = (&remote, keys[which(j)]);
+                async move {
+                    match op {
+                        Op::Check(n) => remote.check_n(key, *n).await,
+                        _ => remote.peek(key).await,
+                    }
+                }
+            });
+            let answers = f.rt.block_on(futures_util::future::join_all(asked));
+            for (j, ((_, op), r)) in ops[i..i + burst].iter().zip(answers).enumerate() {
+                let (k, r) = (which(j), r.unwrap());
                 prop_assert_eq!(r.path(), slidegate::redis::Path::Redis);
-                prop_assert_eq!(r.decision(), d, "check_n({}) at t={} µs", n, t);
                 prop_assert_eq!(r.server_time_micros(), t);
-                let (allowed, remaining) = model.check(ns, n);
-                prop_assert_eq!((d.is_allowed(), d.remaining()), (allowed, remaining));
+                if let Op::Check(n) = *op {
+                    let d = local[k].check_n(n).unwrap();
+                    prop_assert_eq!(r.decision(), d, "check_n({}) at t={} µs, key {}", n, t, k);
+                    let (allowed, remaining) = model[k].check(ns, n);
+                    prop_assert_eq!((d.is_allowed(), d.remaining()), (allowed, remaining));
+                } else {
+                    let d = local[k].peek();
+                    prop_assert_eq!(r.decision(), d, "peek at t={} µs, key {}", t, k);
+                    prop_assert_eq!(d.remaining(), model[k].remaining(ns));
+                }
             }
-            Op::Peek => {
-                let d = local.peek();
-                let r = f.rt.block_on(remote.peek("k")).unwrap();
-                prop_assert_eq!(r.decision(), d, "peek at t={} µs", t);
-                prop_assert_eq!(d.remaining(), model.remaining(ns));
-            }
-            Op::Refund(n) => {
-                let freed = local.refund(n);
-                let r = f.rt.block_on(remote.refund("k", n)).unwrap();
-                prop_assert_eq!(r, freed, "refund({}) at t={} µs", n, t);
-                prop_assert_eq!(freed, model.refund(ns, n));
-            }
+            i += burst;
+        } else if let Op::Refund(n) = ops[i].1 {
+            let k = i % 3 / 2;
+            let freed = local[k].refund(n);
+            let r = f.rt.block_on(remote.refund(keys[k], n)).unwrap();
+            prop_assert_eq!(r, freed, "refund({}) at t={} µs, key {}", n, t, k);
+            prop_assert_eq!(freed, model[k].refund(ns, n));
+            i += 1;
         }
     }
     Ok(())

@@ -33,6 +33,7 @@ use crate::decision::Decision;
 /// The most decisions one call carries: a call holds the server for its duration, so this
 /// bounds what one batch delays other clients' commands by.
 const MAX_BATCH: usize = 128;
+const _: () = assert!(MAX_BATCH <= script::DECIDE_MAX);
 
 /// Calls in flight per destination. One keeps the batches full: while it is answered the next
 /// batch gathers.

@@ -29,6 +29,15 @@ local function fmt(x)
   return string.format('%.0f', x)
 end
 
+-- A number from a reply or an argument (nil for a missing field). Arithmetic converts a
+-- string once; `tonumber` converts it twice (Lua 5.1 tests, then converts).
+local function num(x)
+  if x then
+    return x + 0
+  end
+  return nil
+end
+
 -- Exact floor division of a ≥ 0 by c ≥ 1, with a + c < 2^53: the quotient of the rounded
 -- double is corrected by its remainder.
 local function idiv(a, c)
@@ -154,7 +163,7 @@ local function flush(s, fields)
     if s.q.mode ~= 4 then
       redis.call('PEXPIRE', s.Z, s.ttl)
     end
-    s.ttl = nil
+    s.ttl = false
   end
 end
 
@@ -181,24 +190,77 @@ end
 -- hash (`pb cb cs cb2 cs2`: pb < x ≤ cb reads cs, cb < x ≤ cb2 reads cs2; -1 for none),
 -- valid because buckets are only ever written past the newest: an admission in a bucket
 -- already written reads and writes the hash alone.
+--
+-- `decide`'s fast path (`counter.fast`) goes further for a check in the newest bucket
+-- written, f: the window's start is then fixed, so the two snapshots it reads, floored,
+-- are kept as `bs` = snapshot(f − N) and `bs1` = snapshot(f − N + 1), with `bb` = f; bb is
+-- -1 when they are not known. Whatever moves f, the floor or a snapshot (a new bucket, a
+-- refund, a release) sets bb to -1: a decision at bucket bb then reads four fields of the
+-- hash (k, c, bb and its base), decides, and writes c.
 ------------------------------------------------------------------------------------------
 local counter = {}
 
-function counter.open(H, Z, q)
-  local v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
-  local s = { H = H, Z = Z, q = q, c = 0, f = -1, fl = 0, pb = -1, cb = -1, cs = 0, cb2 = -1, cs2 = 0 }
-  s.fresh = v[1] ~= q.kind
-  if s.fresh then
+-- f, the floor and the cache, from v[o + 1 ..].
+local function counter_rest(s, v, o)
+  s.f, s.fl = v[o + 1] + 0, num(v[o + 2]) or 0
+  s.f0, s.fl0 = s.f, s.fl
+  if v[o + 4] then
+    s.pb, s.cb, s.cs, s.cb2, s.cs2 = v[o + 3] + 0, v[o + 4] + 0, v[o + 5] + 0, v[o + 6] + 0, v[o + 7] + 0
+  end
+  s.loaded = true
+end
+
+-- `lazy` (decide): read only what the fast path needs (c, bb and the base its mode reads);
+-- `load` reads the rest if the general rule runs. Otherwise (all) everything but the bases,
+-- which only the fast path reads.
+function counter.open(H, Z, q, lazy)
+  local v
+  local mode = q.mode
+  if not lazy then
+    v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
+  elseif mode == 0 then
+    v = redis.call('HMGET', H, 'k', 'c', 'bb', 'bs')
+  elseif mode == 2 then
+    v = redis.call('HMGET', H, 'k', 'c', 'bb', 'bs1')
+  else
+    v = redis.call('HMGET', H, 'k', 'c', 'bb', 'bs', 'bs1')
+  end
+  -- Every field the rule sets, so that the table is sized once.
+  local s = { H = H, Z = Z, q = q, c = 0, f = -1, fl = 0, pb = -1, cb = -1, cs = 0, cb2 = -1, cs2 = 0,
+    bb = -1, bs = 0, bs1 = 0, based = false, fresh = false, dirty = false, cached = false, ttl = false,
+    memo = false, b = 0, r = 0, t = 0, ticket_u = 0, ticket_n = 0, f0 = -1, fl0 = 0, loaded = true }
+  if v[1] ~= q.kind then
+    s.fresh = true
     if v[1] then
       redis.call('DEL', H, Z)
     end
-  else
-    s.c, s.f, s.fl = tonumber(v[2]), tonumber(v[3]), tonumber(v[4] or '0')
-    if v[6] then
-      s.pb, s.cb, s.cs, s.cb2, s.cs2 = tonumber(v[5]), tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), tonumber(v[9])
+    return s
+  end
+  s.c = v[2] + 0
+  if not lazy then
+    counter_rest(s, v, 2)
+    return s
+  end
+  s.loaded = false
+  local bb = num(v[3]) or -1
+  if bb >= 0 then
+    -- bb is f (see above).
+    s.bb, s.f = bb, bb
+    if mode == 0 then
+      s.bs = v[4] + 0
+    elseif mode == 2 then
+      s.bs1 = v[4] + 0
+    else
+      s.bs, s.bs1 = v[4] + 0, v[5] + 0
     end
   end
   return s
+end
+
+function counter.load(s)
+  if not s.loaded then
+    counter_rest(s, redis.call('HMGET', s.H, 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2'), 0)
+  end
 end
 
 function counter.at(s)
@@ -211,11 +273,11 @@ function counter.at(s)
   end
   s.b, s.r, s.t = b, r, t
   s.ticket_u, s.ticket_n = b, 0
-  s.memo = nil
+  s.memo = false
 end
 
 local function member_snapshot(m)
-  return tonumber(string.match(m, '^(%d+):'))
+  return string.match(m, '^(%d+):') + 0
 end
 
 -- The snapshot of the first bucket ≥ x that admitted something (c if none), raised to the
@@ -232,9 +294,9 @@ local function snapshot(s, x)
   elseif x <= s.b - s.q.N + 1 then
     local e = redis.call('ZRANGEBYSCORE', s.Z, x, '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
     if e[1] then
-      s.pb, s.cb, s.cs = x - 1, tonumber(e[2]), member_snapshot(e[1])
+      s.pb, s.cb, s.cs = x - 1, e[2] + 0, member_snapshot(e[1])
       if e[3] then
-        s.cb2, s.cs2 = tonumber(e[4]), member_snapshot(e[3])
+        s.cb2, s.cs2 = e[4] + 0, member_snapshot(e[3])
       else
         s.cb2, s.cs2 = -1, 0
       end
@@ -260,7 +322,7 @@ local function tail(s, j)
     return 0
   end
   local m = s.memo
-  if m == nil then
+  if not m then
     m = {}
     s.memo = m
   end
@@ -417,12 +479,13 @@ function counter.charge(s, n)
       s.cached = true
     end
     s.f = b
+    s.bb, s.based = -1, true
     -- Everything in bucket b has left every window when bucket b + N + 1 starts.
     s.ttl = ttl(q, (q.N + 1) * q.G - s.r)
   end
   s.c = s.c + n
   s.dirty = true
-  s.memo = nil
+  s.memo = false
 end
 
 -- Frees up to n of the oldest units the window counts (the current bucket alone for the
@@ -438,8 +501,9 @@ function counter.refund(s, n)
     return 0
   end
   s.fl = v + take
+  s.bb, s.based = -1, true
   s.dirty = true
-  s.memo = nil
+  s.memo = false
   return take
 end
 
@@ -460,25 +524,95 @@ function counter.release(s, back, bt)
   end
   -- Snapshots moved: the cache starts again from the sorted set.
   s.pb, s.cb, s.cs, s.cb2, s.cs2, s.cached = -1, -1, 0, -1, 0, true
+  s.bb, s.based = -1, true
   s.dirty = true
-  s.memo = nil
+  s.memo = false
 end
 
 function counter.valid(s)
   return s.q.G - s.r
 end
 
+-- The fast path of `decide`: a check of n ≥ 1 at `now` in the newest bucket written (b = f),
+-- judged from c and the window start's snapshots alone, as `judge` would. Returns the
+-- remaining units and the reset (µs) if it admits, nil if the general rule must decide (a
+-- denial, another bucket).
+function counter.fast(s, n)
+  local q = s.q
+  local G = q.G
+  local b, r = idiv(now, G)
+  if b ~= s.bb then
+    counter.load(s)
+    if b ~= s.f then
+      return nil
+    end
+    s.b, s.r = b, r
+    s.bs, s.bs1 = snapshot(s, b - q.N), snapshot(s, b - q.N + 1)
+    s.bb, s.based = b, true
+  end
+  local c, mode = s.c, q.mode
+  local used
+  if mode == 0 then
+    used = c - s.bs
+  elseif mode == 2 then
+    used = c - s.bs1
+  else
+    local all, rest = c - s.bs, c - s.bs1
+    if rest > all then
+      rest = all
+    end
+    local w, rm = muldivmod(all - rest, G - r, G)
+    if rm > 0 then
+      w = w + 1
+    end
+    used = rest + w
+  end
+  local left = q.L - used - n
+  if left < 0 then
+    return nil
+  end
+  s.c = c + n
+  s.dirty = true
+  if mode == 2 then
+    return left, G - r
+  end
+  return left, (q.N + 1) * G - r
+end
+
 function counter.flush(s)
-  if not (s.dirty or s.cached) then
+  if not (s.dirty or s.cached or s.based) then
     return
   end
-  local fields = { 'c', s.c, 'f', s.f, 'fl', s.fl }
+  local fields
+  if s.fresh then
+    -- The fields a decision reads first: a small hash is a list, searched in order.
+    fields = { 'k', s.q.kind, 'c', s.c, 'bb', s.bb, 'bs', s.bs, 'bs1', s.bs1, 'f', s.f, 'fl', s.fl }
+    s.fresh, s.based = false, false
+  elseif s.cached or (s.loaded and (s.f ~= s.f0 or s.fl ~= s.fl0)) then
+    fields = { 'c', s.c, 'f', s.f, 'fl', s.fl }
+  else
+    -- Only c moved.
+    fields = { 'c', s.c }
+  end
   if s.cached then
     for _, x in ipairs({ 'pb', s.pb, 'cb', s.cb, 'cs', s.cs, 'cb2', s.cb2, 'cs2', s.cs2 }) do
       fields[#fields + 1] = x
     end
     s.cached = false
   end
+  if s.based then
+    local k = #fields
+    fields[k + 1] = 'bb'
+    fields[k + 2] = s.bb
+    if s.bb >= 0 then
+      fields[k + 3] = 'bs'
+      fields[k + 4] = s.bs
+      fields[k + 5] = 'bs1'
+      fields[k + 6] = s.bs1
+    end
+    s.based = false
+  end
+  s.f0, s.fl0 = s.f, s.fl
   flush(s, fields)
 end
 
@@ -762,39 +896,71 @@ local function quota(args, o)
   return q
 end
 
+-- The quotas `decide` has met, by their text (the 8 numbers, space-separated): parsed once
+-- while the library stays loaded, not once per call. At most 256 are kept.
+local parsed, nparsed = {}, 0
+local function quota_text(text)
+  local q = parsed[text]
+  if q == nil then
+    local a = {}
+    for x in string.gmatch(text, '%d+') do
+      a[#a + 1] = x
+    end
+    q = quota(a, 0)
+    if nparsed >= 256 then
+      parsed, nparsed = {}, 0
+    end
+    parsed[text] = q
+    nparsed = nparsed + 1
+  end
+  return q
+end
+
 -- The server's time in µs.
 local function server_time()
   local tm = redis.call('TIME')
-  return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  return tm[1] * 1000000 + tm[2]
 end
 
 ------------------------------------------------------------------------------------------
 -- decide: KEYS, a state hash and a sorted set per key (sharing its hash tag);
--- ARGV: the number of quotas Q, Q quotas (8 numbers each), then 4 per decision: the quota's
--- index, the key's index (1-based), the cost n (0: a peek of cost 1), the time in µs (""
--- for the server's TIME, read once per call).
--- Reply: 7 per decision: the time judged at (µs), allowed, remaining, retry (µs, ns), reset
--- (µs, ns).
+-- ARGV: the number of quotas Q, Q quotas (each its 8 numbers in one text, space-separated),
+-- then per decision one number,
+-- ((n·1024 + quota index)·1024 + key index)·2 + explicit (indices from 0; n the cost, 0
+-- for a peek of cost 1), followed, if explicit is 1, by the time in µs (else the server's
+-- TIME, read once per call). n < 2^31, so the number stays below 2^52.
+-- Reply, per decision: a head, rem·8 + flags (1: allowed, 2: a time follows, 4: reset's ns
+-- follow), then the time judged at (µs) if it differs from the previous decision's, the
+-- reset (µs, then ns if flagged), and when denied the retry (µs, ns). An admission judged at
+-- the previous decision's time is two numbers.
 ------------------------------------------------------------------------------------------
 local function decide(keys, args)
-  local nq = tonumber(args[1])
+  local nq = args[1] + 0
   local quotas = {}
   for i = 1, nq do
-    quotas[i] = quota(args, 1 + 8 * (i - 1))
+    quotas[i] = quota_text(args[1 + i])
   end
-  local server
+  local server, last = nil, -1
   local states, opened, out = {}, {}, {}
-  for e = 2 + 8 * nq, #args, 4 do
-    local q = quotas[tonumber(args[e])]
-    local ki = tonumber(args[e + 1])
-    local n = tonumber(args[e + 2])
-    if args[e + 3] == '' then
+  local o, e, na = 0, 2 + nq, #args
+  while e <= na do
+    local x = args[e] + 0
+    e = e + 1
+    local explicit = x % 2
+    x = (x - explicit) / 2
+    local ki = x % 1024
+    x = (x - ki) / 1024
+    local qi = x % 1024
+    local n = (x - qi) / 1024
+    local q = quotas[qi + 1]
+    if explicit == 1 then
+      now = args[e] + 0
+      e = e + 1
+    else
       if server == nil then
         server = server_time()
       end
       now = server
-    else
-      now = tonumber(args[e + 3])
     end
     local rule = q.rule
     local s = states[ki]
@@ -802,22 +968,66 @@ local function decide(keys, args)
       if s ~= nil then
         s.q.rule.flush(s)
       end
-      s = rule.open(keys[2 * ki - 1], keys[2 * ki], q)
+      s = rule.open(keys[2 * ki + 1], keys[2 * ki + 2], q, true)
       states[ki] = s
       opened[#opened + 1] = s
     end
-    rule.at(s)
-    local allowed, rem, ru, rn, su, sn
-    if n == 0 then
-      allowed, rem, ru, rn, su, sn = rule.judge(s, 1, true)
-    else
-      allowed, rem, ru, rn, su, sn = rule.judge(s, n, false)
-      if allowed == 1 then
-        rule.charge(s, n)
-      end
+    local rem, su
+    if n > 0 and rule.fast then
+      rem, su = rule.fast(s, n)
     end
-    local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = s.t, allowed, rem, ru, rn, su, sn
+    if rem then
+      -- Admitted at now. (Lua 5.1 assigns a list right to left: one at a time keeps `out`
+      -- an array.)
+      if now == last then
+        out[o + 1] = rem * 8 + 1
+        out[o + 2] = su
+        o = o + 2
+      else
+        out[o + 1] = rem * 8 + 3
+        out[o + 2] = now
+        out[o + 3] = su
+        o = o + 3
+        last = now
+      end
+    else
+      if rule.load then
+        rule.load(s)
+      end
+      rule.at(s)
+      local allowed, ru, rn, sn
+      if n == 0 then
+        allowed, rem, ru, rn, su, sn = rule.judge(s, 1, true)
+      else
+        allowed, rem, ru, rn, su, sn = rule.judge(s, n, false)
+        if allowed == 1 then
+          rule.charge(s, n)
+        end
+      end
+      local h = o + 1
+      local head = rem * 8 + allowed
+      out[h] = head
+      o = h
+      if s.t ~= last then
+        head = head + 2
+        o = o + 1
+        out[o] = s.t
+        last = s.t
+      end
+      o = o + 1
+      out[o] = su
+      if sn ~= 0 then
+        head = head + 4
+        o = o + 1
+        out[o] = sn
+      end
+      if allowed == 0 then
+        out[o + 1] = ru
+        out[o + 2] = rn
+        o = o + 2
+      end
+      out[h] = head
+    end
   end
   for i = 1, #opened do
     local s = opened[i]

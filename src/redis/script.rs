@@ -101,6 +101,27 @@ impl Shape {
         })
     }
 
+    /// The eight numbers the script takes for a quota (see `limiter.lua`).
+    fn numbers(&self) -> [u64; 8] {
+        [
+            u64::from(self.mode),
+            self.quota.limit(),
+            self.window,
+            self.granularity,
+            self.buckets,
+            self.interval_us,
+            self.interval_ns,
+            self.slack_ms,
+        ]
+    }
+
+    /// The eight numbers as one text, space-separated: `decide` keeps the quotas it has
+    /// parsed by this text.
+    fn text(&self) -> String {
+        let [a, b, c, d, e, f, g, h] = self.numbers();
+        format!("{a} {b} {c} {d} {e} {f} {g} {h}")
+    }
+
     /// Whether leases can be taken on this quota: not on the exact log, whose units carry the
     /// time they were admitted at and so cannot be admitted later than they were counted.
     pub(crate) fn leases(&self) -> bool {
@@ -261,6 +282,7 @@ impl Library {
 pub(crate) enum Arg {
     Num(u64),
     Text(&'static str),
+    Owned(String),
 }
 
 impl redis::ToRedisArgs for Arg {
@@ -271,6 +293,7 @@ impl redis::ToRedisArgs for Arg {
         match self {
             Arg::Num(n) => n.write_redis_args(out),
             Arg::Text(t) => t.write_redis_args(out),
+            Arg::Owned(t) => t.write_redis_args(out),
         }
     }
 }
@@ -289,50 +312,43 @@ impl Invocation {
 
     /// A quota's eight numbers (see `limiter.lua`).
     pub(crate) fn push_shape(&mut self, s: &Shape) {
-        self.args.extend(
-            [
-                u64::from(s.mode),
-                s.quota.limit(),
-                s.window,
-                s.granularity,
-                s.buckets,
-                s.interval_us,
-                s.interval_ns,
-                s.slack_ms,
-            ]
-            .map(Arg::Num),
-        );
+        self.args.extend(s.numbers().map(Arg::Num));
     }
 
-    /// `decide`'s keys and arguments for `items`, in order: each distinct key once (its
-    /// index is 1-based, as Lua's), each distinct quota once.
+    /// `decide`'s keys and arguments for `items`, in order: each distinct key once, each
+    /// distinct quota once, and per decision one number packing its cost, quota and key
+    /// (see `limiter.lua`), followed by its time when it has one. At most
+    /// [`DECIDE_MAX`] decisions.
     pub(crate) fn decide<'a>(items: impl ExactSizeIterator<Item = Single<'a>>) -> Self {
+        debug_assert!(items.len() <= DECIDE_MAX);
         let mut shapes: Vec<&Shape> = Vec::new();
-        let mut keys: HashMap<&str, usize> = HashMap::with_capacity(items.len());
-        let mut entries = Vec::with_capacity(4 * items.len());
+        let mut keys: HashMap<&str, u64> = HashMap::with_capacity(items.len());
+        let mut entries = Vec::with_capacity(items.len());
         let mut inv = Invocation::default();
         for it in items {
             let q = match shapes.iter().position(|s| *s == it.shape) {
-                Some(i) => i,
+                Some(i) => i as u64,
                 None => {
                     shapes.push(it.shape);
-                    shapes.len() - 1
+                    shapes.len() as u64 - 1
                 }
             };
             let k = *keys.entry(&it.keys.0).or_insert_with(|| {
                 inv.keys.push(it.keys.0.clone());
                 inv.keys.push(it.keys.1.clone());
-                inv.keys.len() / 2
+                inv.keys.len() as u64 / 2 - 1
             });
-            entries.push(Arg::Num(q as u64 + 1));
-            entries.push(Arg::Num(k as u64));
-            entries.push(Arg::Num(it.n));
-            entries.push(it.at_us.map_or(Arg::Text(""), Arg::Num));
+            // n ≤ MAX_LIMIT < 2³¹: the packed number stays below 2⁵², exact in Lua.
+            let packed = ((it.n * 1024 + q) * 1024 + k) * 2 + u64::from(it.at_us.is_some());
+            entries.push(Arg::Num(packed));
+            if let Some(t) = it.at_us {
+                entries.push(Arg::Num(t));
+            }
         }
-        inv.args.reserve(1 + 8 * shapes.len() + entries.len());
+        inv.args.reserve(1 + shapes.len() + entries.len());
         inv.args.push(Arg::Num(shapes.len() as u64));
         for s in shapes {
-            inv.push_shape(s);
+            inv.args.push(Arg::Owned(s.text()));
         }
         inv.args.extend(entries);
         inv
@@ -395,26 +411,61 @@ pub(crate) fn parse(reply: &[i64], shapes: &[&Shape]) -> Result<(u64, Vec<Outcom
     Ok((pos(reply[0]), out))
 }
 
-/// Numbers per decision in `decide`'s reply: the time judged at, then a decision's six.
-const DECIDE_FIELDS: usize = 7;
+/// The most decisions one `decide` call carries: its keys and quotas are numbered in 10 bits
+/// of a packed argument.
+pub(crate) const DECIDE_MAX: usize = 1024;
 
 /// Parses `decide`'s reply for decisions on quotas of `limits` (in call order): each
-/// decision and the time it was judged at (µs).
+/// decision and the time it was judged at (µs). Per decision: a head (remaining·8 + 1 if
+/// allowed, + 2 if a time follows, + 4 if the reset's nanoseconds follow), the time if
+/// it changed, the reset's µs (and ns), and when denied the retry's µs and ns.
 pub(crate) fn parse_decide(
     reply: &[i64],
     limits: impl ExactSizeIterator<Item = u64>,
 ) -> Result<Vec<(u64, Decision)>, Error> {
-    if reply.len() != DECIDE_FIELDS * limits.len() {
-        return Err(Error::Reply(format!(
-            "expected {} numbers from the script, got {}",
-            DECIDE_FIELDS * limits.len(),
+    let short = || {
+        Error::Reply(format!(
+            "a reply of {} numbers from the script is cut short",
             reply.len()
+        ))
+    };
+    let mut out = Vec::with_capacity(limits.len());
+    let mut rest = reply.iter().map(|&x| pos(x));
+    let mut time = None;
+    for limit in limits {
+        let head = rest.next().ok_or_else(short)?;
+        if head & 2 != 0 {
+            time = Some(rest.next().ok_or_else(short)?);
+        }
+        let t =
+            time.ok_or_else(|| Error::Reply("the script's first decision carries no time".into()))?;
+        let reset_us = rest.next().ok_or_else(short)?;
+        let reset_ns = if head & 4 != 0 {
+            rest.next().ok_or_else(short)?
+        } else {
+            0
+        };
+        let reset = nanos(reset_us, reset_ns);
+        let remaining = head >> 3;
+        let d = if head & 1 != 0 {
+            Decision::allowed(limit, remaining, reset)
+        } else {
+            let (ru, rn) = (
+                rest.next().ok_or_else(short)?,
+                rest.next().ok_or_else(short)?,
+            );
+            Decision::denied(limit, remaining, nanos(ru, rn), reset)
+        };
+        out.push((t, d));
+    }
+    if rest.next().is_some() {
+        return Err(Error::Reply(format!(
+            "{} numbers from the script are more than {} decisions take",
+            reply.len(),
+            out.len()
         )));
     }
-    Ok(limits
-        .zip(reply.chunks_exact(DECIDE_FIELDS))
-        .map(|(limit, f)| (pos(f[0]), decision(limit, &f[1..])))
-        .collect())
+    Ok(out)
 }
 
 fn pos(x: i64) -> u64 {
@@ -424,12 +475,17 @@ fn pos(x: i64) -> u64 {
 /// A decision from the script's six numbers: allowed, remaining, retry (µs, ns), reset
 /// (µs, ns).
 fn decision(limit: u64, f: &[i64]) -> Decision {
-    let nanos = |us: i64, ns: i64| pos(us).saturating_mul(1000).saturating_add(pos(ns));
-    if f[0] == 1 {
-        Decision::allowed(limit, pos(f[1]), nanos(f[4], f[5]))
+    let [allowed, rem, ru, rn, su, sn] = [f[0], f[1], f[2], f[3], f[4], f[5]].map(pos);
+    if allowed == 1 {
+        Decision::allowed(limit, rem, nanos(su, sn))
     } else {
-        Decision::denied(limit, pos(f[1]), nanos(f[2], f[3]), nanos(f[4], f[5]))
+        Decision::denied(limit, rem, nanos(ru, rn), nanos(su, sn))
     }
+}
+
+/// A duration the script gives as µs and ns, in ns.
+fn nanos(us: u64, ns: u64) -> u64 {
+    us.saturating_mul(1000).saturating_add(ns)
 }
 
 #[cfg(test)]
