@@ -18,14 +18,17 @@
 //! uses), the key extraction alone (`ClientIp` behind a trusted proxy against
 //! `SmartIpKeyExtractor`), and the least that writing two header fields can cost (two
 //! integers formatted into one value, one allocation for it, two appends to a response's
-//! map; `fields/none` is the same response without them, to subtract).
+//! map; `fields/none` is the same response without them, to subtract). `ipv4/…` weighs the
+//! parser `ClientIp` reads `X-Forwarded-For` entries with (`slidegate`) against the standard
+//! library's, `Ipv4Addr::from_str` (`std_ipv4`) and `IpAddr::from_str` (`std_ip`, what an entry
+//! that may be IPv6 needs), on the 1,000 client addresses.
 //!
 //! ```text
 //! cargo bench --features axum --bench http_layer
 //! ```
 
 use std::hint::black_box;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -36,7 +39,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use criterion::{BenchmarkId, Criterion};
 use http::{HeaderName, HeaderValue, Request};
-use slidegate::http::key::{ClientIp, KeyExtractor, ProxyHeader};
+use slidegate::http::key::{ClientIp, KeyExtractor, ProxyHeader, parse_proxy_entry};
 use slidegate::http::{Policy, RateLimitLayer};
 use slidegate::{KeyedLimiter, Quota};
 use tower::{Service, ServiceExt};
@@ -131,8 +134,23 @@ fn bench(c: &mut Criterion) {
 
 /// `http_layer loop <router> <requests>`: only that many requests through one router, for
 /// `perf` and `valgrind --tool=callgrind` (instruction counts do not move with the machine's
-/// load). A run of 0 requests is the set-up alone, to subtract.
+/// load). A run of 0 requests is the set-up alone, to subtract. `loop ipv4/<parser> <n>`
+/// parses `n` client addresses with one of the `ipv4/…` parsers instead.
 fn bare_loop(name: &str, requests: usize) {
+    if let Some(parser) = name.strip_prefix("ipv4/") {
+        let clients = clients();
+        for i in 0..requests {
+            let entry = black_box(clients[i % clients.len()].as_bytes());
+            let text = || std::str::from_utf8(entry).ok();
+            black_box(match parser {
+                "slidegate" => parse_proxy_entry(entry),
+                "std_ipv4" => text().and_then(|t| t.parse::<Ipv4Addr>().ok().map(IpAddr::V4)),
+                "std_ip" => text().and_then(|t| t.parse::<IpAddr>().ok()),
+                _ => panic!("no parser {parser:?}"),
+            });
+        }
+        return;
+    }
     let (_, router) = routers()
         .into_iter()
         .find(|(n, _)| *n == name)
@@ -212,6 +230,28 @@ fn floor(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % requests.len();
             black_box(SmartIpKeyExtractor.extract(&requests[i]).ok())
+        });
+    });
+
+    let entries: Vec<&[u8]> = clients.iter().map(HeaderValue::as_bytes).collect();
+    group.bench_function("ipv4/slidegate", |b| {
+        b.iter(|| {
+            i = (i + 1) % entries.len();
+            black_box(parse_proxy_entry(black_box(entries[i])))
+        });
+    });
+    group.bench_function("ipv4/std_ipv4", |b| {
+        b.iter(|| {
+            i = (i + 1) % entries.len();
+            let text = std::str::from_utf8(black_box(entries[i])).ok();
+            black_box(text.and_then(|t| t.parse::<Ipv4Addr>().ok()))
+        });
+    });
+    group.bench_function("ipv4/std_ip", |b| {
+        b.iter(|| {
+            i = (i + 1) % entries.len();
+            let text = std::str::from_utf8(black_box(entries[i])).ok();
+            black_box(text.and_then(|t| t.parse::<IpAddr>().ok()))
         });
     });
 

@@ -266,7 +266,7 @@ fn unquote(v: &[u8]) -> Option<Vec<u8>> {
 
 /// An address as a proxy writes it: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
 /// `[2001:db8::1]` or `[2001:db8::1]:443`. `None` for anything else (`unknown`, `_hidden`).
-fn parse_node(node: &[u8]) -> Option<IpAddr> {
+pub(crate) fn parse_node(node: &[u8]) -> Option<IpAddr> {
     if let Some(v4) = parse_ipv4(node) {
         return Some(IpAddr::V4(v4));
     }
