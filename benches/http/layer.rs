@@ -50,13 +50,18 @@ use tower_governor::key_extractor::{KeyExtractor as _, SmartIpKeyExtractor};
 fn routers() -> [(&'static str, Router); 5] {
     let hello = || Router::new().route("/", get(|| async { "hello" }));
     let quota = Quota::new(1_000_000, Duration::from_secs(1)).unwrap();
-    let limiter = KeyedLimiter::builder(quota).max_keys(100_000).build();
+    // Fixed seeds: a random one moves a check's instruction count from run to run.
+    let limiter = || {
+        KeyedLimiter::builder(quota)
+            .max_keys(100_000)
+            .hasher(ahash::RandomState::with_seeds(1, 2, 3, 4))
+            .build()
+    };
     let key = ClientIp::new()
         .behind_proxies(ProxyHeader::XForwardedFor, ["127.0.0.1"])
         .unwrap();
-    let slidegate = RateLimitLayer::new(Policy::new("per-ip", limiter).unwrap().key(key.clone()));
-    let limiter = KeyedLimiter::builder(quota).max_keys(100_000).build();
-    let quiet = RateLimitLayer::new(Policy::new("per-ip", limiter).unwrap().key(key))
+    let slidegate = RateLimitLayer::new(Policy::new("per-ip", limiter()).unwrap().key(key.clone()));
+    let quiet = RateLimitLayer::new(Policy::new("per-ip", limiter()).unwrap().key(key))
         .headers_on_allowed(false);
     let governor = GovernorConfigBuilder::default()
         .per_nanosecond(1_000)
@@ -93,6 +98,13 @@ fn clients() -> Vec<HeaderValue> {
         .collect()
 }
 
+/// `router` as `axum::serve` runs it: `with_state` turns every route (and the layers over it)
+/// into a service once, as `into_make_service` does; `into_service` alone would rebuild the
+/// layered route for every request, a cost a served router never pays.
+fn served(router: Router) -> axum::routing::RouterIntoService<Body> {
+    router.with_state(()).into_service::<Body>()
+}
+
 /// One request through `service` from client `client`, answered at once.
 fn one_request(
     service: &mut axum::routing::RouterIntoService<Body>,
@@ -119,7 +131,7 @@ fn bench(c: &mut Criterion) {
     let clients = clients();
     let mut group = c.benchmark_group("http_layer");
     for (name, router) in routers() {
-        let mut service = router.into_service::<Body>();
+        let mut service = served(router);
         let mut cx = Context::from_waker(Waker::noop());
         let mut i = 0;
         group.bench_function(BenchmarkId::new(name, 1000), |b| {
@@ -134,36 +146,49 @@ fn bench(c: &mut Criterion) {
 
 /// `http_layer loop <router> <requests>`: only that many requests through one router, for
 /// `perf` and `valgrind --tool=callgrind` (instruction counts do not move with the machine's
-/// load). A run of 0 requests is the set-up alone, to subtract. `loop ipv4/<parser> <n>`
-/// parses `n` client addresses with one of the `ipv4/…` parsers instead.
+/// load). Count with `--toggle-collect=http_layer::sends` (`http_layer::parses`) to leave
+/// the set-up out, whose clock calibration differs from run to run; the difference of two
+/// runs leaves out the first requests' one-time work. `loop ipv4/<parser> <n>` parses `n`
+/// client addresses with one of the `ipv4/…` parsers instead.
 fn bare_loop(name: &str, requests: usize) {
+    let clients = clients();
     if let Some(parser) = name.strip_prefix("ipv4/") {
-        let clients = clients();
-        for i in 0..requests {
-            let entry = black_box(clients[i % clients.len()].as_bytes());
-            let text = || std::str::from_utf8(entry).ok();
-            black_box(match parser {
-                "slidegate" => parse_proxy_entry(entry),
-                "std_ipv4" => text().and_then(|t| t.parse::<Ipv4Addr>().ok().map(IpAddr::V4)),
-                "std_ip" => text().and_then(|t| t.parse::<IpAddr>().ok()),
-                _ => panic!("no parser {parser:?}"),
-            });
-        }
+        parses(parser, &clients, requests);
         return;
     }
     let (_, router) = routers()
         .into_iter()
         .find(|(n, _)| *n == name)
         .unwrap_or_else(|| panic!("no router {name:?}"));
-    let clients = clients();
-    let mut service = router.into_service::<Body>();
+    let mut service = served(router);
+    sends(&mut service, &clients, requests);
+}
+
+/// The requests of `loop`, apart from the set-up, for callgrind's `--toggle-collect`.
+#[inline(never)]
+fn sends(
+    service: &mut axum::routing::RouterIntoService<Body>,
+    clients: &[HeaderValue],
+    requests: usize,
+) {
     let mut cx = Context::from_waker(Waker::noop());
     for i in 0..requests {
-        black_box(one_request(
-            &mut service,
-            &clients[i % clients.len()],
-            &mut cx,
-        ));
+        black_box(one_request(service, &clients[i % clients.len()], &mut cx));
+    }
+}
+
+/// The parses of `loop ipv4/<parser>`, for callgrind's `--toggle-collect`.
+#[inline(never)]
+fn parses(parser: &str, clients: &[HeaderValue], requests: usize) {
+    for i in 0..requests {
+        let entry = black_box(clients[i % clients.len()].as_bytes());
+        let text = || std::str::from_utf8(entry).ok();
+        black_box(match parser {
+            "slidegate" => parse_proxy_entry(entry),
+            "std_ipv4" => text().and_then(|t| t.parse::<Ipv4Addr>().ok().map(IpAddr::V4)),
+            "std_ip" => text().and_then(|t| t.parse::<IpAddr>().ok()),
+            _ => panic!("no parser {parser:?}"),
+        });
     }
 }
 
