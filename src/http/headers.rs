@@ -14,6 +14,7 @@
 use core::time::Duration;
 
 use base64::Engine;
+use bytes::Bytes;
 use http::HeaderValue;
 
 /// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1).
@@ -77,9 +78,14 @@ impl FieldBuf {
     /// The value written, `None` if nothing was.
     pub(crate) fn value(&self) -> Option<HeaderValue> {
         let bytes = self.as_bytes();
-        (!bytes.is_empty())
-            .then(|| HeaderValue::from_bytes(bytes).ok())
-            .flatten()
+        if bytes.is_empty() {
+            return None;
+        }
+        // `HeaderValue::from_bytes` would check every byte again (debug builds still do).
+        // SAFETY: the builders write visible ASCII only (names through `sf_string`, which
+        // refuses anything else; digits; `;`, `=`, `,`, `:` and spaces; base64), bytes a
+        // field value may hold.
+        Some(unsafe { HeaderValue::from_maybe_shared_unchecked(Bytes::copy_from_slice(bytes)) })
     }
 
     /// Appends `ascii` (the builders write visible ASCII only).
