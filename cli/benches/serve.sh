@@ -17,7 +17,12 @@ connections=${CONNECTIONS:-64}
 if ! command -v wrk >/dev/null; then
     apt-get update && apt-get install -y wrk
 fi
-cargo build --release -p slidegate-cli --bin slidegate
+# SLIDEGATE names a `slidegate` binary to load instead of this tree's (another build, to
+# compare).
+if [ -z "${SLIDEGATE:-}" ]; then
+    cargo build --release -p slidegate-cli --bin slidegate
+fi
+server=${SLIDEGATE:-target/release/slidegate}
 cargo bench -p slidegate-cli --bench serve_load --no-run
 load=$(ls -t target/release/deps/serve_load-* | grep -v '\.d$' | head -1)
 
@@ -53,7 +58,7 @@ request = function()
 end
 LUA
 
-taskset -c 0 target/release/slidegate serve --rules "$work/rules.toml" --http 127.0.0.1:0 \
+taskset -c 0 "$server" serve --rules "$work/rules.toml" --http 127.0.0.1:0 \
     --grpc 127.0.0.1:0 --threads 1 --noop-endpoints > "$work/serve.out" 2> "$work/serve.err" &
 pid=$!
 for _ in $(seq 100); do
@@ -113,6 +118,10 @@ measure() {
         "$work/$name.row" >> "$work/results"
 }
 
+# One benchmark at a time on this machine: hold the lock to the end.
+exec 9>/tmp/slidegate-bench.lock
+flock 9
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 names=(http-decide http-noop grpc-decide grpc-noop)
 # Warm-up: connections, allocator, the limiter's 1,000 keys.
 DURATION_SAVED=$duration; duration=2
@@ -125,6 +134,7 @@ for r in $(seq 0 $((rounds - 1))); do
     done
 done
 
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "slidegate serve, $connections connections, $rounds rounds of ${duration} s (medians):"
 awk '
     { rps[$1] = rps[$1] " " $2; p50[$1] = p50[$1] " " $3; p99[$1] = p99[$1] " " $4; cpu[$1] = cpu[$1] " " $5 }

@@ -17,12 +17,13 @@
 //!   sum.
 
 use std::collections::HashMap;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures_util::FutureExt;
 use slidegate::clock::{Clock, ManualClock, Nanos, QuantaClock};
 use slidegate::http::fields::{Fields, PolicyName, retry_after};
 use slidegate::redis::{Connection, Policy as RedisPolicy, RedisLimiter};
@@ -97,9 +98,9 @@ pub(crate) struct Rule {
 /// The rules in force.
 pub(crate) struct RuleSet {
     pub(crate) rules: Vec<Rule>,
-    domains: HashMap<String, rules::Level>,
+    domains: rules::Map<String, rules::Level>,
     key_default: Vec<usize>,
-    key_overrides: HashMap<String, Vec<usize>>,
+    key_overrides: rules::Map<String, Vec<usize>>,
     /// Rules made for descriptors that carry their own limit (Envoy's `limit` override), by
     /// (limit, window in seconds); kept across reloads.
     overrides: Arc<Mutex<Overrides>>,
@@ -280,10 +281,14 @@ impl Engine {
     ) -> R {
         let set = self.rules.load();
         let outcome = set.resolve(request, cost, &self.backend).map(|items| {
-            decide(&set, items, cost)
-                .now_or_never()
-                .expect("in-memory limiters never wait")
-                .expect("in-memory limiters never fail")
+            // Polled once where it stands: `now_or_never` took the future by value, a copy
+            // of all of it (sized for the Redis calls it may await) on every decision.
+            let decision = pin!(decide(&set, items, cost));
+            let Poll::Ready(outcome) = decision.poll(&mut Context::from_waker(Waker::noop()))
+            else {
+                unreachable!("in-memory limiters never wait")
+            };
+            outcome.expect("in-memory limiters never fail")
         });
         render(&set, outcome)
     }
@@ -372,7 +377,7 @@ impl RuleSet {
         request: &Request<'_>,
         cost: u64,
         backend: &Backend,
-    ) -> Result<Vec<(Option<Which>, String)>, Invalid> {
+    ) -> Result<Vec<Status>, Invalid> {
         if cost == 0 {
             return Err(Invalid::new("cost", "must be at least 1"));
         }
@@ -413,7 +418,7 @@ impl RuleSet {
                 k.push_str(key);
                 Ok(indices
                     .into_iter()
-                    .map(|i| (Some(Which::Rule(i)), k.clone()))
+                    .map(|i| Status::new(Some(Which::Rule(i)), k.clone()))
                     .collect())
             }
             Request::Descriptors {
@@ -471,16 +476,16 @@ impl RuleSet {
                             }
                         }
                     };
-                    items.push((which, key));
+                    items.push(Status::new(which, key));
                 }
                 // Envoy's `replaces`: a matched rule switches off the rules it names.
                 let replaced: Vec<String> = items
                     .iter()
-                    .filter_map(|(w, _)| w.as_ref())
+                    .filter_map(|s| s.which.as_ref())
                     .flat_map(|w| w.get(self).spec.replaces.iter().cloned())
                     .collect();
                 if !replaced.is_empty() {
-                    for (w, _) in &mut items {
+                    for Status { which: w, .. } in &mut items {
                         if w.as_ref()
                             .is_some_and(|w| replaced.contains(&w.get(self).spec.display))
                         {
@@ -652,23 +657,12 @@ fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
 /// One decision, on whichever backend the rules' limiters use.
 async fn decide(
     set: &RuleSet,
-    items: Vec<(Option<Which>, String)>,
+    mut statuses: Vec<Status>,
     cost: u64,
 ) -> Result<Outcome, StoreError> {
-    let mut statuses: Vec<Status> = items
-        .into_iter()
-        .map(|(which, key)| Status {
-            which,
-            over: false,
-            shadow_over: false,
-            remaining: 0,
-            reset_after: Duration::ZERO,
-            retry_after: None,
-            key,
-            never: false,
-        })
-        .collect();
-    let mut enforcing = Vec::new();
+    // The enforcing statuses: the first apart, so the common request (one rule) allocates
+    // no list of them.
+    let (mut first, mut more) = (None, Vec::new());
     let mut never = false;
     for i in 0..statuses.len() {
         let Some((limit, shadow)) = statuses[i]
@@ -682,8 +676,10 @@ async fn decide(
         if !shadow {
             if statuses[i].never {
                 never = true;
+            } else if first.is_none() {
+                first = Some(i);
             } else {
-                enforcing.push(i);
+                more.push(i);
             }
         }
     }
@@ -692,13 +688,14 @@ async fn decide(
     let mut retry = None;
     if never {
         allowed = false;
-    } else if let [i] = enforcing[..] {
+    } else if let (Some(i), true) = (first, more.is_empty()) {
         let s = &mut statuses[i];
         let d = check(&rule_of(set, &s.which).limiter, &s.key, cost).await?;
         allowed = d.is_allowed();
         retry = d.retry_after();
         s.apply(&d);
-    } else if !enforcing.is_empty() {
+    } else if let Some(i) = first {
+        let enforcing: Vec<usize> = core::iter::once(i).chain(more).collect();
         let list: Vec<(&Limiter, &String, u64)> = enforcing
             .iter()
             .map(|&i| {
@@ -798,6 +795,20 @@ fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
 }
 
 impl Status {
+    /// The status of a request for `which` and `key`, before it is decided.
+    fn new(which: Option<Which>, key: String) -> Status {
+        Status {
+            which,
+            over: false,
+            shadow_over: false,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+            key,
+            never: false,
+        }
+    }
+
     fn apply(&mut self, d: &Decision) {
         self.remaining = d.remaining();
         self.reset_after = d.reset_after();

@@ -336,7 +336,9 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
         }
     };
     let res = if api.engine.is_redis() {
-        let (set, outcome) = api.engine.decide_remote(&request, cost).await;
+        // Boxed: inline, the Redis call's state would size (and so make costlier to move)
+        // the future of every request, in memory too.
+        let (set, outcome) = Box::pin(api.engine.decide_remote(&request, cost)).await;
         respond(
             &set,
             outcome
