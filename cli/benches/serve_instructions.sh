@@ -9,7 +9,10 @@
 # Every endpoint of serve.sh: the HTTP/JSON decision and its no-op, the gRPC decision and its
 # no-op. Environment: SMALL (2000) and LARGE (7000) requests; both at least the 1,000 users,
 # so each key is created in both runs and the difference holds only admitted checks.
-# ENDPOINTS chooses among them. SLIDEGATE names a `slidegate` binary to measure instead of this tree's (another build, to
+# ENDPOINTS chooses among them. COUNT=handler counts only inside the endpoint's handler (the
+# body read and parsed, the decision, the answer built; not the connection's reading and
+# writing): a figure that does not move with how often the idle server parks between
+# requests, which moves the whole server's count by a thousand or two per request. SLIDEGATE names a `slidegate` binary to measure instead of this tree's (another build, to
 # compare).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,7 +47,17 @@ TOML
 # The server's instructions for `$2` requests to endpoint `$1`.
 instructions() {
     local name=$1 n=$2
-    valgrind --tool=callgrind --callgrind-out-file="$out/$name.$n.out" \
+    local toggle=()
+    if [ "${COUNT:-}" = handler ]; then
+        case $name in
+            # The handlers' bodies are inlined into axum's Handler::call, by their arity.
+            http-decide) toggle=(--toggle-collect='*axum::handler::Handler<(M,T1,T2),S>>::call::*') ;;
+            http-noop) toggle=(--toggle-collect='*axum::handler::Handler<(M,T1),S>>::call::*') ;;
+            grpc-decide) toggle=(--toggle-collect='*grpc::Service as*should_rate_limit::*') ;;
+            grpc-noop) toggle=(--toggle-collect='*grpc::NoopService as*should_rate_limit::*') ;;
+        esac
+    fi
+    valgrind --tool=callgrind "${toggle[@]}" --callgrind-out-file="$out/$name.$n.out" \
         "$server" serve --rules "$work/rules.toml" --http 127.0.0.1:0 \
         --grpc 127.0.0.1:0 --threads 1 --noop-endpoints > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$!
