@@ -57,8 +57,9 @@ impl fmt::Display for Nanos {
 
 /// A source of time for a limiter.
 ///
-/// Readings should not go backwards; if one does, the limiter treats it as the newest time it
-/// has already seen (see the crate documentation).
+/// Readings should not go backwards; if one does, the limiter judges it at a time it has
+/// already seen and measures the decision's waits from the reading (`docs/design.md`,
+/// "Time").
 ///
 /// ```
 /// use slidegate::clock::{Clock, Nanos};
@@ -374,9 +375,10 @@ impl ManualClock {
         }
     }
 
-    /// Sets the time since the origin. Setting it backwards is allowed; limiters treat a reading
-    /// older than one they have seen as the newest they have seen (a keyed limiter per key
-    /// state: a key evicted since has seen none, and judges the older reading itself).
+    /// Sets the time since the origin. Setting it backwards is allowed; limiters judge a reading
+    /// older than one they have seen at a time they have seen (a keyed limiter per key state: a
+    /// key evicted since has seen none, and judges the older reading itself), and measure a
+    /// decision's waits from the reading.
     pub fn set(&self, since_origin: Duration) {
         // Relaxed: see `advance`.
         self.nanos

@@ -77,6 +77,22 @@ impl Decision {
         }
     }
 
+    /// This decision, made at a time `lag` ns after the clock reading it was asked at (a
+    /// reading older than one the state has seen is judged at the newer time), with its
+    /// durations measured from that reading: on the caller's clock the same request is
+    /// admitted, and the window empties, `lag` ns later than from the time judged.
+    #[inline]
+    pub(crate) fn measured_from_reading(mut self, lag: u64) -> Decision {
+        if !self.is_allowed() {
+            self.retry_after = self.retry_after.saturating_add(lag);
+        }
+        // An empty window is empty at the earlier reading too.
+        if self.reset_after != 0 {
+            self.reset_after = self.reset_after.saturating_add(lag);
+        }
+        self
+    }
+
     /// Whether the request was admitted (and, for a check, charged).
     #[inline]
     pub fn is_allowed(&self) -> bool {

@@ -242,12 +242,53 @@ fn a_clock_set_backwards_cannot_reopen_the_window() {
     clock.set(Duration::from_nanos(10));
     let d = l.check();
     assert!(!d.is_allowed());
-    // Judged at the start of bucket 50, where the 2 stay until bucket 61.
-    assert_eq!(d.retry_after(), Some(Duration::from_nanos(1_100)));
+    // Judged at the start of bucket 50, where the 2 stay until bucket 61 (6 100 ns); the
+    // waits are measured from the reading, 10 ns, as the caller's clock will count them.
+    assert_eq!(d.retry_after(), Some(Duration::from_nanos(6_090)));
+    assert_eq!(d.reset_after(), Duration::from_nanos(6_090));
     clock.set(Duration::from_nanos(6_099));
     assert!(!l.check().is_allowed());
     clock.set(Duration::from_nanos(6_100));
     assert!(l.check().is_allowed());
+}
+
+/// Regression: a reading older than the state's newest time was judged at that newer time
+/// and its waits measured from there, so on the clock that gave the reading they were short
+/// by its lag: a caller that waited `retry_after` and retried was denied again (here Strict
+/// answered 1.1 s, judged at the start of the bucket of 10.25 s, to a reading of 9.3 s that
+/// needs 2 s). Every algorithm now measures them from the reading: waiting them on that clock
+/// admits, one nanosecond less does not.
+#[test]
+fn regression_waits_after_a_backwards_reading_were_short_by_its_lag() {
+    const SEC: u64 = 1_000_000_000;
+    for mode in common::MODES {
+        let (l, clock) = limiter(quota(3, SEC, SEC / 10, mode));
+        let at = |t: u64| clock.set(Duration::from_nanos(t));
+        at(10 * SEC + 250_000_000);
+        assert!(l.check_n(3).unwrap().is_allowed(), "{mode:?}");
+        let back = 9 * SEC + 300_000_000;
+        at(back);
+        let d = l.check();
+        assert!(!d.is_allowed(), "{mode:?}");
+        let retry = d.retry_after().unwrap().as_nanos() as u64;
+        let reset = d.reset_after().as_nanos() as u64;
+        at(back + retry - 1);
+        assert!(
+            !l.peek().is_allowed(),
+            "{mode:?}: retry_after {retry} is early"
+        );
+        at(back + retry);
+        assert!(
+            l.peek().is_allowed(),
+            "{mode:?}: retry_after {retry} is late"
+        );
+        at(back + reset);
+        assert_eq!(
+            l.peek().remaining(),
+            3,
+            "{mode:?}: reset_after {reset} is early"
+        );
+    }
 }
 
 #[test]

@@ -70,13 +70,15 @@ impl GcraRule {
     #[inline]
     pub(crate) fn judge(&self, tat: u64, t: u64, n: u64, op: Op) -> Verdict {
         let (interval, tau) = (u128::from(self.interval), self.tau());
-        // A reading older than the state's newest lower bound is judged at that bound.
-        let t = u128::from(t.min(MAX_TIME)).max(u128::from(tat).saturating_sub(tau));
+        // A reading older than the state's newest lower bound is judged at that bound, and
+        // waits are measured from the reading: on its clock, that is how long they are.
+        let reading = u128::from(t.min(MAX_TIME));
+        let t = reading.max(u128::from(tat).saturating_sub(tau));
         let tat = u128::from(tat);
         let base = tat.max(t);
         let new = base + u128::from(n) * interval;
         let units = |room: u128| u64::try_from(room / interval).unwrap_or(u64::MAX);
-        let wait = |until: u128| u64::try_from(until.saturating_sub(t)).unwrap_or(u64::MAX);
+        let wait = |until: u128| u64::try_from(until.saturating_sub(reading)).unwrap_or(u64::MAX);
         let l = self.limit;
         // The latest TAT the cell can hold: `t + τ`, and never past `MAX_TIME`, where time
         // stops (a TAT capped there would let every later check through).

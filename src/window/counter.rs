@@ -126,7 +126,9 @@ pub(crate) fn decide(
 ) -> Option<(Decision, u64)> {
     let peek = op == Op::Peek;
     ring.decide(rule.granularity, now, n, op, |r| {
-        let decision = rule.judge(r.offset, n, peek, |j| r.tail(j), |j| r.mark(j));
+        let decision = rule
+            .judge(r.offset, n, peek, |j| r.tail(j), |j| r.mark(j))
+            .measured_from_reading(r.lag);
         // A reservation records its mark when it is committed (`commit`): a released one
         // leaves none behind.
         let ticket = if rule.is_marked() && op == Op::Reserve && decision.is_allowed() {
@@ -147,7 +149,7 @@ fn judge_and_mark(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
     if rule.is_marked() && decision.is_allowed() {
         r.record_mark(rule.mark_step);
     }
-    decision
+    decision.measured_from_reading(r.lag)
 }
 
 /// What a peek of cost `n` decides on a ring that has admitted nothing, at `now`.

@@ -575,10 +575,12 @@ mod tests {
         let word = AtomicU64::new(0);
         let cell = Gcra::view(&word);
         let _ = cell.check(&rule, || 100, 2, Op::Charge).unwrap();
-        // TAT 120, so a time ≥ 100 was seen; a reading of 0 is judged at 100.
+        // TAT 120, so a time ≥ 100 was seen; a reading of 0 is judged at 100, and its wait
+        // counted on the clock that read 0: a unit fits again at 110.
         let (d, _) = cell.check(&rule, || 0, 1, Op::Charge).unwrap();
         assert!(!d.is_allowed());
-        assert_eq!(d.retry_after(), Some(core::time::Duration::from_nanos(10)));
+        assert_eq!(d.retry_after(), Some(core::time::Duration::from_nanos(110)));
+        assert_eq!(d.reset_after(), core::time::Duration::from_nanos(120));
     }
 
     #[test]

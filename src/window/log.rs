@@ -353,8 +353,9 @@ impl Log {
                 }
                 return Some(rule.unwritten_denial());
             };
+            let reading = now().min(MAX_TIME);
             let view = View {
-                t: judged_time(now(), last_stamp),
+                t: judged_time(reading, last_stamp),
                 pending,
                 n,
                 last_stamp,
@@ -371,11 +372,12 @@ impl Log {
                     backoff.spin();
                     continue;
                 }
-                return Some(if decision.is_allowed() {
+                let decision = if decision.is_allowed() {
                     rule.uncharged(&view, &decision)
                 } else {
                     decision
-                });
+                };
+                return Some(decision.measured_from_reading(view.t - reading));
             }
             if self.claim(cum, n, op) {
                 if op == Op::Charge {
@@ -387,7 +389,7 @@ impl Log {
                 if self.hint.load(Ordering::Relaxed) != newest_outside {
                     self.hint.store(newest_outside, Ordering::Relaxed);
                 }
-                return Some(decision);
+                return Some(decision.measured_from_reading(view.t - reading));
             }
             // A lost CAS: judge again.
             backoff.spin();

@@ -372,6 +372,10 @@ pub(crate) struct Reading<'a> {
     pub(crate) bucket: u64,
     /// Nanoseconds into that bucket.
     pub(crate) offset: u64,
+    /// How far the clock reading lies before the time judged (0 unless it was older than
+    /// bucket `front`, then judged at its start): what a decision's durations add, to be
+    /// measured from the reading ([`Decision::measured_from_reading`]).
+    pub(crate) lag: u64,
     /// `cum` as read.
     pub(crate) cum: u64,
     /// The slot of bucket `front − N`, as read after `cum`.
@@ -632,6 +636,7 @@ impl Ring<'_> {
                 return None;
             }
             let (mut bucket, mut offset) = self.locate(now_t, granularity, front);
+            let mut lag = 0;
             if bucket < front {
                 // Someone read a later time. Read the clock again once; if it is still behind
                 // (a clock set backwards, or the ring moved on again while we re-read: another
@@ -642,6 +647,10 @@ impl Ring<'_> {
                     continue;
                 }
                 (bucket, offset) = (front, 0);
+                // Bucket `front` starts at `(front − N − 1)·G`, after `now_t`.
+                lag = (front - self.buckets - 1)
+                    .wrapping_mul(granularity)
+                    .wrapping_sub(now_t);
             }
             if bucket > front && establish {
                 self.advance(bucket);
@@ -652,6 +661,7 @@ impl Ring<'_> {
                 front,
                 bucket,
                 offset,
+                lag,
                 cum,
                 oldest,
                 torn: Cell::new(false),

@@ -287,8 +287,9 @@ fn time_stops_at_the_largest_stamp() {
 fn a_clock_set_back_judges_at_the_newest_unit() {
     let log = Log::new(1);
     assert!(check(&log, 1, 10, 100, 1).is_allowed());
-    // Judged at 100, not 50: the unit leaves in 10, not 60.
-    assert_eq!(check(&log, 1, 10, 50, 1), Decision::denied(1, 0, 10, 10));
+    // Judged at 100, not 50, so the unit still counts: it leaves at 110, which the clock
+    // that read 50 reaches 60 later.
+    assert_eq!(check(&log, 1, 10, 50, 1), Decision::denied(1, 0, 60, 60));
     // And the next unit is stamped no earlier than 100.
     assert!(check(&log, 1, 10, 110, 1).is_allowed());
 }
@@ -323,9 +324,10 @@ fn refunds_keep_stamps_sorted() {
     assert_sorted(&log);
     // All three refunded newest-last: the next stamp is still bounded below.
     assert_eq!(log.refund(10, 20, 5), 1);
-    // A check behind the refunds is judged at the newest stamp (10), where the refunded
-    // units still count; from 20 on they are gone, and new stamps stay above theirs.
-    assert_eq!(check(&log, 3, 10, 5, 3), Decision::denied(3, 0, 10, 10));
+    // A check behind the refunds is judged at the newest stamp, where the refunded units
+    // still count; from 20 on (15 after its reading) they are gone, and new stamps stay
+    // above theirs.
+    assert_eq!(check(&log, 3, 10, 5, 3), Decision::denied(3, 0, 15, 15));
     assert_eq!(check(&log, 3, 10, 20, 3), Decision::allowed(3, 0, 10));
     assert_sorted(&log);
 }

@@ -124,6 +124,7 @@ fn a_reader_whose_count_is_older_than_a_raise_is_torn_not_negative() {
         front,
         bucket,
         offset,
+        lag: 0,
         cum,
         oldest,
         torn: Cell::new(false),
