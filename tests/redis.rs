@@ -367,6 +367,199 @@ fn a_paused_killed_and_restarted_server_costs_one_deadline_and_recovers() {
     assert!(limiter.last_error().is_some());
 }
 
+/// A load run through a schedule of faults: in every 1.5 s the server is stopped (SIGSTOP) for
+/// 200 ms, and later killed and restarted 200 ms after (empty: no persistence), while four
+/// tasks check four keys about every millisecond each. Every decision returns (no error, no
+/// panic), Redis decides again after every fault, and the limit holds as the degraded policy
+/// says: in any window, Redis admits at most `L` per key for each server life the window
+/// touches (a restarted server has forgotten its keys), and the local fallback at most its own
+/// limit. Windows are judged on the times the checks started, shortened by the slowest
+/// decision's time (an admission is decided between its start and its return), so no
+/// assertion depends on the machine's speed.
+///
+/// `SLIDEGATE_REDIS_FAULT_SECS` sets the run's length (3 s by default); the run prints its
+/// figures, among them the decisions later than the deadline by more than 5 ms, which this
+/// test does not assert (a loaded machine can delay any task), and `TESTING.md` quotes.
+#[test]
+fn a_load_run_through_scheduled_pauses_kills_and_restarts_keeps_the_limit() {
+    const KEYS: usize = 4;
+    const LIMIT: u64 = 100;
+    const LOCAL: u64 = 20;
+    let window = Duration::from_secs(1);
+    let deadline = Duration::from_millis(50);
+    let secs: u64 = std::env::var("SLIDEGATE_REDIS_FAULT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let run = Duration::from_secs(secs);
+    let mut server = Server::start();
+    let rt = rt();
+    let conn = rt.block_on(Connection::open(&server.url())).unwrap();
+    let limiter = RedisLimiter::builder(
+        quota(LIMIT, window)
+            .with_granularity(Duration::from_millis(100))
+            .unwrap(),
+    )
+    .deadline(deadline)
+    .cooldown(Duration::from_millis(100))
+    .policy(Policy::Local(quota(LOCAL, window)))
+    .build(&conn)
+    .unwrap();
+    let start = Instant::now();
+    // The faults, in a thread of their own: (time since start, what), and the restarts' times.
+    let faults = {
+        std::thread::spawn(move || {
+            let mut log = Vec::new();
+            let at = |ms: u64| Duration::from_millis(ms);
+            // Whole cycles only, each over before the load stops.
+            let mut cycle = Duration::ZERO;
+            while cycle + at(1200) < run {
+                let sleep_until = |t: Duration| {
+                    if let Some(d) = t.checked_sub(start.elapsed()) {
+                        std::thread::sleep(d);
+                    }
+                };
+                sleep_until(cycle + at(400));
+                log.push((start.elapsed(), "pause"));
+                server.pause();
+                sleep_until(cycle + at(600));
+                server.resume();
+                log.push((start.elapsed(), "resume"));
+                sleep_until(cycle + at(1000));
+                log.push((start.elapsed(), "kill"));
+                server.kill();
+                sleep_until(cycle + at(1200));
+                server.restart();
+                log.push((start.elapsed(), "restarted"));
+                cycle += at(1500);
+            }
+            (server, log)
+        })
+    };
+    // (key, started, took, path, degraded, allowed), per decision.
+    type Seen = (usize, Duration, Duration, Path, Option<Degraded>, bool);
+    let (seen, wakeups): (Vec<Seen>, Vec<Duration>) = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for key in 0..KEYS {
+            let limiter = limiter.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let name = format!("k{key}");
+                while start.elapsed() < run {
+                    let began = start.elapsed();
+                    let d = limiter
+                        .check(&name)
+                        .await
+                        .expect("a decision, never an error");
+                    let took = start.elapsed() - began;
+                    seen.push((key, began, took, d.path(), d.degraded(), d.is_allowed()));
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                seen
+            }));
+        }
+        // A control: how late the runtime wakes a task that sleeps 1 ms, on this machine now.
+        let control = tokio::spawn(async move {
+            let mut late = Vec::new();
+            while start.elapsed() < run {
+                let began = Instant::now();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                late.push(began.elapsed().saturating_sub(Duration::from_millis(1)));
+            }
+            late
+        });
+        let mut seen = Vec::new();
+        for t in tasks {
+            seen.extend(t.await.expect("no task panicked"));
+        }
+        (seen, control.await.unwrap())
+    });
+    let (server, log) = faults.join().expect("the fault schedule ran");
+    // Redis decides again once the last fault is over.
+    rt.block_on(async {
+        let begun = Instant::now();
+        while limiter.check("after").await.unwrap().path() != Path::Redis {
+            assert!(begun.elapsed() < Duration::from_secs(10), "no recovery");
+        }
+    });
+    drop(server);
+
+    let restarts: Vec<Duration> = log
+        .iter()
+        .filter(|(_, what)| *what == "restarted")
+        .map(|&(t, _)| t)
+        .collect();
+    let slowest = seen.iter().map(|s| s.2).max().unwrap();
+    let span = window.saturating_sub(slowest);
+    // The most Redis admitted in a window within one server life, and in one across a
+    // restart; the most the fallback admitted in one.
+    let (mut one_life, mut across, mut local_worst) = (0, 0, 0);
+    for key in 0..KEYS {
+        let mut mine: Vec<&Seen> = seen.iter().filter(|s| s.0 == key && s.5).collect();
+        mine.sort_by_key(|s| s.1);
+        for (i, first) in mine.iter().enumerate() {
+            let (from, to) = (first.1, first.1 + span);
+            let inside = mine[i..].iter().take_while(|s| s.1 < to);
+            let (redis, local) = inside.fold((0, 0), |(r, l), s| match s.3 {
+                Path::Redis => (r + 1, l),
+                _ => (r, l + 1),
+            });
+            // Server lives the window's decisions may have met: one, and one per restart
+            // during the window or the slowest decision before it.
+            let lives = 1 + restarts
+                .iter()
+                .filter(|&&r| r + slowest >= from && r < to)
+                .count() as u64;
+            assert!(
+                redis <= LIMIT * lives,
+                "key {key}: Redis admitted {redis} in {span:?} from {from:?} ({lives} lives)"
+            );
+            assert!(local <= LOCAL, "key {key}: the fallback admitted {local}");
+            if lives == 1 {
+                one_life = one_life.max(redis);
+            } else {
+                across = across.max(redis);
+            }
+            local_worst = local_worst.max(local);
+        }
+    }
+    let count = |f: &dyn Fn(&Seen) -> bool| seen.iter().filter(|s| f(s)).count();
+    let late = count(&|s| s.2 > deadline + Duration::from_millis(5));
+    let late_redis = count(&|s| s.2 > deadline + Duration::from_millis(5) && s.3 == Path::Redis);
+    let woke_late = wakeups
+        .iter()
+        .filter(|&&d| d > Duration::from_millis(5))
+        .count();
+    println!(
+        "{} decisions in {secs} s, {} pauses and {} kills and restarts: Redis {}, fallback {} \
+         (deadline {}, breaker open {}, failed {}); admitted {}; slowest {slowest:?}, \
+         later than deadline + 5 ms: {late} ({late_redis} of them answered by Redis); a 1 ms \
+         sleep in the same runtime woke more than 5 ms late {woke_late} times in {}, at worst \
+         {:?} late; most admitted in a window of {span:?} per key: \
+         Redis {one_life} within one server life (limit {LIMIT}), {across} across a restart \
+         (limit {}), fallback {local_worst} (limit {LOCAL})",
+        seen.len(),
+        log.iter().filter(|(_, what)| *what == "pause").count(),
+        restarts.len(),
+        count(&|s| s.3 == Path::Redis),
+        count(&|s| s.3 == Path::Fallback),
+        count(&|s| s.4 == Some(Degraded::Deadline)),
+        count(&|s| s.4 == Some(Degraded::BreakerOpen)),
+        count(&|s| s.4 == Some(Degraded::Failed)),
+        count(&|s| s.5),
+        wakeups.len(),
+        wakeups.iter().max().unwrap(),
+        2 * LIMIT,
+    );
+    assert!(
+        !restarts.is_empty() || secs < 2,
+        "the schedule ran: {log:?}"
+    );
+    // Every fault was noticed, and Redis decided between them.
+    assert!(count(&|s| s.3 == Path::Fallback) > 0);
+    assert!(count(&|s| s.3 == Path::Redis) > 0);
+}
+
 #[test]
 fn policies_allow_and_deny_decide_while_redis_is_down() {
     let mut server = Server::start();
