@@ -133,8 +133,8 @@ impl CounterRule {
     }
 
     /// [`CounterRule::judge`] for Strict, Weighted and the fixed window. Apart from the
-    /// marks' rule, which beside it in one function made a denied Strict check 421 → 476
-    /// instructions and 24–29 → 32–39 ns (`check_denied`).
+    /// marks' rule, which beside it in one function slows a denied Strict check
+    /// (`check_denied`).
     #[inline]
     fn judge_unmarked(&self, r: u64, n: u64, peek: bool, tail: impl Fn(u64) -> u64) -> Decision {
         let d = match self.kind {
