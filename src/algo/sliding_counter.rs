@@ -13,13 +13,17 @@
 //!   alone.
 //! - Strict with last-admission marks admits iff Strict does, or iff `tail(1) + n ≤ L` and
 //!   the oldest bucket's last admission has left the window: its mark `m(0)` (the offset of
-//!   its last admission into it, rounded up to a step of `⌈G / 255⌉` ns) is at most `r`. Only
+//!   its last admission into it, rounded up to a step of `⌈G / 254⌉` ns) is at most `r`. Only
 //!   a check Strict would deny reads a mark; an admission records its own (see
 //!   [`crate::window::ring`], "Last-admission marks").
 
 use crate::decision::Decision;
 use crate::quota::{Mode, Quota};
-use crate::window::ring::MAX_MARK;
+
+/// The largest mark. A mark `m ≥ 1` says the bucket's admissions were at most `(m − 1)`
+/// steps of `⌈G / 254⌉` ns into it; 0 that none recorded one. 8 bits, which the ring packs
+/// beside each snapshot.
+pub(crate) const MAX_MARK: u8 = u8::MAX;
 
 /// Which of the counter's rules a quota is judged by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

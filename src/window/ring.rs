@@ -210,6 +210,7 @@
 use core::cell::Cell;
 
 use crate::algo::Op;
+use crate::algo::sliding_counter::MAX_MARK;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::cum::{
@@ -255,10 +256,6 @@ fn with_mark(slot: u64, mark: u64) -> u64 {
 fn with_snapshot(slot: u64, snapshot: u32) -> u64 {
     (slot & !u64::from(u32::MAX)) | u64::from(snapshot)
 }
-
-/// The largest mark. A mark `m ≥ 1` says the bucket's admissions were at most `(m − 1)`
-/// steps of `⌈G / 254⌉` ns into it; 0 that none recorded one. 8 bits.
-pub(crate) const MAX_MARK: u8 = u8::MAX;
 
 #[inline]
 fn snapshot_of(slot: u64) -> u32 {
