@@ -145,8 +145,19 @@ pub(crate) fn decide(
 /// CAS is lost, only keeps its bucket counted longer.
 #[inline(always)]
 fn judge_and_mark(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
+    if rule.is_marked() {
+        return judge_and_mark_marked(rule, r, n);
+    }
+    rule.judge_unmarked(r.offset, n, false, |j| r.tail(j))
+        .measured_from_reading(r.lag)
+}
+
+/// [`judge_and_mark`] for Strict with marks, out of line: its closures and judgement
+/// inlined into the general loop made the other rules' denials dearer.
+#[inline(never)]
+fn judge_and_mark_marked(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
     let decision = rule.judge(r.offset, n, false, |j| r.tail(j), |j| r.mark(j));
-    if rule.is_marked() && decision.is_allowed() {
+    if decision.is_allowed() {
         r.record_mark(rule.mark_step);
     }
     decision.measured_from_reading(r.lag)
