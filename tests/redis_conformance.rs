@@ -226,3 +226,52 @@ fn sub_microsecond_quotas_on(f: &Fixture) {
     let err = RedisLimiter::builder(q).build(&f.conn).unwrap_err();
     assert!(err.to_string().contains("8.9 years"), "{err}");
 }
+
+/// A clock set back: the script judges the older reading at a time the key has seen, as
+/// the local limiters do, and measures `retry_after` and `reset_after` from the reading, as
+/// they do (judged from the later time they were short by the clock's lag). Every algorithm,
+/// steps back of a bucket and a half and of most of a window, then forward past both.
+#[test]
+fn a_clock_set_back_is_judged_and_measured_as_the_local_limiters_do() {
+    for mode in REDIS_MODES {
+        let quota = Quota::new(3, Duration::from_micros(1000))
+            .unwrap()
+            .with_granularity(Duration::from_micros(100))
+            .unwrap()
+            .with_mode(mode);
+        let at = TODAY_US + 10_250;
+        let steps = [
+            (at, Op::Check(3)),
+            (at - 150, Op::Check(1)),
+            (at - 150, Op::Peek),
+            (at + 40, Op::Check(1)),
+            (at - 950, Op::Check(1)),
+            (at - 950, Op::Peek),
+            (at + 1_100, Op::Check(2)),
+            (at + 300, Op::Check(1)),
+            (at + 3_000, Op::Check(1)),
+        ];
+        FIXTURE.with(|f| {
+            let clock = ManualClock::new();
+            let remote = RedisLimiter::builder(quota)
+                .prefix(format!("back{}:", f.next.fetch_add(1, Ordering::Relaxed)))
+                .deadline(Duration::from_secs(10))
+                .test_clock(clock.clone())
+                .build(&f.conn)
+                .unwrap();
+            let local = SlidingWindow::with_clock(quota, clock.clone());
+            for (t, op) in steps {
+                clock.set(Duration::from_micros(t));
+                let (r, d) = match op {
+                    Op::Check(n) => (
+                        f.rt.block_on(remote.check_n("k", n)).unwrap(),
+                        local.check_n(n).unwrap(),
+                    ),
+                    _ => (f.rt.block_on(remote.peek("k")).unwrap(), local.peek()),
+                };
+                assert_eq!(r.path(), slidegate::redis::Path::Redis);
+                assert_eq!(r.decision(), d, "{mode:?}: {op:?} at {} µs", t - TODAY_US);
+            }
+        });
+    }
+}

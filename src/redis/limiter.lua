@@ -272,6 +272,7 @@ function counter.at(s)
     b, r, t = s.f, 0, s.f * G
   end
   s.b, s.r, s.t = b, r, t
+  s.lu, s.ln = t - now, 0
   s.ticket_u, s.ticket_n = b, 0
   s.memo = false
 end
@@ -650,6 +651,7 @@ end
 function log.at(s)
   local t = math.max(now, s.ts)
   s.t = t
+  s.lu, s.ln = t - now, 0
   s.ticket_u, s.ticket_n = t, 0
   local W = s.q.W
   local function expired(rank)
@@ -785,6 +787,7 @@ function gcra.at(s)
   local q = s.q
   s.tu, s.tn = pmax(now, 0, psub(s.au, s.an, q.tau_u, q.tau_n))
   s.t = s.tu
+  s.lu, s.ln = psub(s.tu, s.tn, now, 0)
   s.ticket_u, s.ticket_n = s.au, s.an
 end
 
@@ -820,6 +823,29 @@ function gcra.judge(s, n, peek)
   ru, rn = psub(ru, rn, tu, tn)
   return 0, rem, ru, rn, wu, wn
 end
+
+-- A reading older than the state's newest time is judged at that time (each rule's `at`
+-- keeps the difference, (lu, ln)), and the retry and the reset are measured from the
+-- reading, `now`: on the clock that read it they are that much longer, as the local limiters
+-- count them.
+local function from_reading(judge)
+  return function(s, n, peek)
+    local allowed, rem, ru, rn, su, sn = judge(s, n, peek)
+    local lu, ln = s.lu or 0, s.ln or 0
+    if lu ~= 0 or ln ~= 0 then
+      if allowed == 0 then
+        ru, rn = padd(ru, rn, lu, ln)
+      end
+      if su ~= 0 or sn ~= 0 then
+        su, sn = padd(su, sn, lu, ln)
+      end
+    end
+    return allowed, rem, ru, rn, su, sn
+  end
+end
+counter.judge = from_reading(counter.judge)
+log.judge = from_reading(log.judge)
+gcra.judge = from_reading(gcra.judge)
 
 -- The arrival time moved to (au, an): written at the flush, with a TTL until it passes.
 local function gcra_moved(s, au, an)
