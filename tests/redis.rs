@@ -390,7 +390,8 @@ fn a_load_run_through_scheduled_pauses_kills_and_restarts_keeps_the_limit() {
     let secs: u64 = std::env::var("SLIDEGATE_REDIS_FAULT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(3)
+        .max(2);
     let run = Duration::from_secs(secs);
     let mut server = Server::start();
     let rt = rt();
@@ -484,9 +485,11 @@ fn a_load_run_through_scheduled_pauses_kills_and_restarts_keeps_the_limit() {
     });
     drop(server);
 
+    // A server life ends when it is killed (logged just before): the next one may answer
+    // any time after, even before its restart is logged.
     let restarts: Vec<Duration> = log
         .iter()
-        .filter(|(_, what)| *what == "restarted")
+        .filter(|(_, what)| *what == "kill")
         .map(|&(t, _)| t)
         .collect();
     let slowest = seen.iter().map(|s| s.2).max().unwrap();
@@ -504,7 +507,7 @@ fn a_load_run_through_scheduled_pauses_kills_and_restarts_keeps_the_limit() {
                 Path::Redis => (r + 1, l),
                 _ => (r, l + 1),
             });
-            // Server lives the window's decisions may have met: one, and one per restart
+            // Server lives the window's decisions may have met: one, and one per kill
             // during the window or the slowest decision before it.
             let lives = 1 + restarts
                 .iter()
@@ -551,10 +554,7 @@ fn a_load_run_through_scheduled_pauses_kills_and_restarts_keeps_the_limit() {
         wakeups.iter().max().unwrap(),
         2 * LIMIT,
     );
-    assert!(
-        !restarts.is_empty() || secs < 2,
-        "the schedule ran: {log:?}"
-    );
+    assert!(!restarts.is_empty(), "the schedule ran: {log:?}");
     // Every fault was noticed, and Redis decided between them.
     assert!(count(&|s| s.3 == Path::Fallback) > 0);
     assert!(count(&|s| s.3 == Path::Redis) > 0);
