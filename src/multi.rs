@@ -565,6 +565,11 @@ fn denial(
         let Some(listing) = listing(limits, i) else {
             continue;
         };
+        // A zero cost among separate handles of one key, which `reject_repeated_overflow`
+        // does not compare: the same error whether or not another limit denies.
+        if listing.zero {
+            return Err(CostError::Zero);
+        }
         let d = if i == denier && listing.entries == 1 {
             // No reservation of this call was on the denier's state when it was judged, so
             // `first` is what judging it again would say (bar concurrent checks), and it

@@ -601,6 +601,31 @@ fn a_denied_call_makes_no_key_and_evicts_none() {
     assert_eq!(global.peek().remaining(), 0);
 }
 
+/// Regression (found by the `algorithms` fuzz target): a zero cost on one of two separate
+/// handles of one key was a `CostError` when the call went through, but a denial when another
+/// limit denied first (`denial` summed the handles' costs without looking for a zero), so
+/// the same malformed request was an error or a denial depending on traffic.
+#[test]
+fn a_zero_cost_on_a_second_handle_is_an_error_even_when_denied() {
+    let clock = ManualClock::new();
+    let keyed = KeyedLimiter::<u8, _>::with_clock(quota(5, 1, 1000), clock.clone());
+    let full = SlidingWindow::with_clock(quota(1, 1, 1000), clock.clone());
+    assert!(full.check().is_allowed());
+    let (k1, k2) = (keyed.key(&7), keyed.key(&7));
+    // The first entry denies; the zero is on the second handle of key 7.
+    assert_eq!(
+        check_all(&[(&full as &dyn Limit, 1), (&k1, 2), (&k2, 0)]),
+        Err(CostError::Zero)
+    );
+    // And with nothing denying, the same call is the same error.
+    assert_eq!(
+        check_all(&[(&k1 as &dyn Limit, 2), (&k2, 0)]),
+        Err(CostError::Zero)
+    );
+    assert_eq!(keyed.peek(&7).remaining(), 5);
+    assert_eq!(full.admitted_total(), 1);
+}
+
 /// Two handles of one new key whose costs sum above its limit are an error before the key is
 /// made: at `max_keys`, making it would have forced another key out first.
 #[test]
