@@ -64,7 +64,7 @@ pub(crate) struct Serve {
     redis_prefix: String,
 
     /// How long a Redis decision may take before --redis-unavailable decides.
-    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = crate::parse_duration, requires = "redis")]
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = crate::duration::parse_duration, requires = "redis")]
     redis_deadline: Duration,
 
     /// What decides while Redis does not answer: allow, deny, or local (each rule's quota
@@ -82,11 +82,11 @@ pub(crate) struct Serve {
 
     /// After SIGTERM/SIGINT, keep serving this long with /readyz failing and every HTTP
     /// response closing its connection, so a load balancer moves traffic away first.
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = crate::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = crate::duration::parse_duration)]
     drain: Duration,
 
     /// After the listeners close, how long in-flight requests may take to finish.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse_duration)]
     shutdown_timeout: Duration,
 
     /// Worker threads [default: one per core].

@@ -205,7 +205,7 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
 }
 
 fn duration(text: &Spanned<String>) -> Result<std::time::Duration, String> {
-    let d = crate::parse_duration(text.get_ref())?;
+    let d = crate::duration::parse_duration(text.get_ref())?;
     if d.is_zero() {
         return Err("must be longer than zero".into());
     }
