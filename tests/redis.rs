@@ -141,8 +141,8 @@ fn every_key_has_a_ttl_and_the_database_empties_once_the_windows_pass() {
     });
     let keys = server.cli(&["--scan"]).unwrap();
     let keys: Vec<&str> = keys.lines().collect();
-    // Counter and log keys have a hash and a sorted set, GCRA a hash: 3·(2·4 + 1).
-    assert_eq!(keys.len(), 27, "{keys:?}");
+    // Counter and log keys have a hash and a sorted set, GCRA a hash: 3·(2·5 + 1).
+    assert_eq!(keys.len(), 33, "{keys:?}");
     for k in &keys {
         let ttl: i64 = server.cli(&["PTTL", k]).unwrap().trim().parse().unwrap();
         assert!(ttl > 0 && ttl <= 2 * 1000 + 10 + 2, "{k}: pttl {ttl}");
@@ -805,16 +805,21 @@ fn bad_input_is_a_clear_error() {
                 .build(&conn)
                 .is_err()
         );
-        // Strict with last-admission marks runs locally only: refused, with a message that
-        // names it and the mode to use instead.
-        let marked = quota(5, Duration::from_secs(1)).with_mode(Mode::StrictMarked);
-        match RedisLimiter::builder(marked).build(&conn) {
-            Err(Error::Quota(message)) => {
-                assert!(message.contains("last-admission marks"), "{message}");
-                assert!(message.contains("Mode::Strict"), "{message}");
-            }
-            other => panic!("Strict with marks built on Redis: {:?}", other.map(|_| ())),
+        // Strict with last-admission marks keeps its marks in nanoseconds of a bucket, exact
+        // in Lua's doubles up to buckets of about 104 days: longer ones are refused, with a
+        // message that names the limit; the longest one is built.
+        let longest = slidegate::redis::MAX_MARKED_GRANULARITY_NANOS / 1000 * 1000;
+        let marked = |g: u64| {
+            Quota::new(5, Duration::from_nanos(2 * g))
+                .and_then(|q| q.with_granularity(Duration::from_nanos(g)))
+                .unwrap()
+                .with_mode(Mode::StrictMarked)
+        };
+        match RedisLimiter::builder(marked(longest + 1000)).build(&conn) {
+            Err(Error::Quota(message)) => assert!(message.contains("104 days"), "{message}"),
+            other => panic!("marks of too long a bucket built: {:?}", other.map(|_| ())),
         }
+        assert!(RedisLimiter::builder(marked(longest)).build(&conn).is_ok());
         // A key that holds something else: an error from Redis, so the policy decides and the
         // decision says why.
         server.cli(&["SET", "wrong:{k}:h", "v"]).unwrap();

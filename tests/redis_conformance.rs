@@ -177,8 +177,8 @@ fn run_on(f: &Fixture, quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<
 }
 
 proptest! {
-    // Each case is a few dozen round trips; 320 cases across the five algorithms.
-    #![proptest_config(ProptestConfig { cases: 320, ..ProptestConfig::default() })]
+    // Each case is a few dozen round trips; 384 cases across the six algorithms.
+    #![proptest_config(ProptestConfig { cases: 384, ..ProptestConfig::default() })]
 
     #[test]
     fn the_script_decides_as_the_local_limiters((quota, start, ops) in case(12, REDIS_MODES.to_vec())) {
@@ -196,7 +196,7 @@ proptest! {
         limit in prop_oneof![Just(slidegate::MAX_LIMIT), 1u64..=slidegate::MAX_LIMIT],
         g_secs in prop_oneof![Just(3600u64), 1u64..=7200],
         buckets in 1u64..=4,
-        mode in prop::sample::select(vec![Mode::Strict, Mode::Weighted, Mode::Gcra, Mode::FixedWindow]),
+        mode in prop::sample::select(vec![Mode::Strict, Mode::StrictMarked, Mode::Weighted, Mode::Gcra, Mode::FixedWindow]),
         ops in prop::collection::vec((0u64..=3, 0u64..1000, 1u64..=1000), 1..24),
     ) {
         let g = g_secs * 1_000_000 + 7;

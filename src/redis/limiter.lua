@@ -197,6 +197,15 @@ end
 -- -1 when they are not known. Whatever moves f, the floor or a snapshot (a new bucket, a
 -- refund, a release) sets bb to -1: a decision at bucket bb then reads four fields of the
 -- hash (k, c, bb and its base), decides, and writes c.
+--
+-- Strict with last-admission marks (mode 5) is Strict whose oldest bucket is left out once
+-- its last admission has left the window, as the local ring judges it: a mark m per bucket
+-- bounds the offset of its last admission, (m − 1)·step ns with step = ⌈G·1000 / 254⌉ ns,
+-- rounded up (0: none recorded). The newest bucket written keeps its mark in the hash
+-- (`fm`); when a later bucket is written, its entry in the sorted set takes the mark as a
+-- third part of its member ("snapshot:bucket:mark"), so a mark is one O(log n) lookup. It
+-- judges on the general path (no fast path), with ns values below 2^53: G·1000 + 254 <
+-- 2^53 (G up to about 104 days), which `script.rs` checks.
 ------------------------------------------------------------------------------------------
 local counter = {}
 
@@ -207,6 +216,8 @@ local function counter_rest(s, v, o)
   if v[o + 4] then
     s.pb, s.cb, s.cs, s.cb2, s.cs2 = v[o + 3] + 0, v[o + 4] + 0, v[o + 5] + 0, v[o + 6] + 0, v[o + 7] + 0
   end
+  s.fm = num(v[o + 8]) or 0
+  s.fm0 = s.fm
   s.loaded = true
 end
 
@@ -217,7 +228,7 @@ function counter.open(H, Z, q, lazy)
   local v
   local mode = q.mode
   if not lazy then
-    v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2')
+    v = redis.call('HMGET', H, 'k', 'c', 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2', 'fm')
   elseif mode == 0 then
     v = redis.call('HMGET', H, 'k', 'c', 'bb', 'bs')
   elseif mode == 2 then
@@ -228,7 +239,8 @@ function counter.open(H, Z, q, lazy)
   -- Every field the rule sets, so that the table is sized once.
   local s = { H = H, Z = Z, q = q, c = 0, f = -1, fl = 0, pb = -1, cb = -1, cs = 0, cb2 = -1, cs2 = 0,
     bb = -1, bs = 0, bs1 = 0, based = false, fresh = false, dirty = false, cached = false, ttl = false,
-    memo = false, b = 0, r = 0, t = 0, ticket_u = 0, ticket_n = 0, f0 = -1, fl0 = 0, loaded = true }
+    memo = false, b = 0, r = 0, t = 0, ticket_u = 0, ticket_n = 0, f0 = -1, fl0 = 0, loaded = true,
+    fm = 0, fm0 = 0 }
   if v[1] ~= q.kind then
     s.fresh = true
     if v[1] then
@@ -259,7 +271,7 @@ end
 
 function counter.load(s)
   if not s.loaded then
-    counter_rest(s, redis.call('HMGET', s.H, 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2'), 0)
+    counter_rest(s, redis.call('HMGET', s.H, 'f', 'fl', 'pb', 'cb', 'cs', 'cb2', 'cs2', 'fm'), 0)
   end
 end
 
@@ -368,6 +380,88 @@ local function after(s, j)
   return a
 end
 
+-- Strict with marks (see above). q.step is ⌈G·1000 / 254⌉ ns; ns values stay below 2^53.
+-- The mark of bucket x: the hash's for the newest bucket written, else its entry's third
+-- part (0 if it has none: a bucket nothing was admitted in).
+local function bucket_mark(s, x)
+  if x > s.f then
+    return 0
+  end
+  if x == s.f then
+    return s.fm
+  end
+  local e = redis.call('ZRANGEBYSCORE', s.Z, x, x, 'LIMIT', 0, 1)
+  local m = e[1] and string.match(e[1], '^%d+:%d+:(%d+)$')
+  if m then
+    return m + 0
+  end
+  return 0
+end
+-- The mark an admission at offset r (µs) needs: ⌈r·1000 / step⌉ + 1.
+local function mark_for(q, r)
+  return idiv(r * 1000 + q.step - 1, q.step) + 1
+end
+-- Whether, at offset r, the oldest bucket's last admission (mark m) has left: (m − 1)·step ≤
+-- r·1000, never for m = 0.
+local function has_left(q, r, m)
+  return m >= 1 and (m - 1) * q.step <= r * 1000
+end
+-- Where in its bucket a bucket with mark m last admitted, at the latest, as (µs, ns):
+-- (m − 1)·step, at most G; G for m = 0.
+local function mark_offset(q, m)
+  local ns = q.G * 1000
+  if m >= 1 and (m - 1) * q.step < ns then
+    ns = (m - 1) * q.step
+  end
+  return idiv(ns, 1000)
+end
+-- From offset r of bucket b until bucket b − N + j's last admission (mark m) leaves:
+-- j·G + mark_offset(m) − r, at least 0.
+local function after_mark(s, j, m)
+  local ou, on = mark_offset(s.q, m)
+  return ppos(padd(j * s.q.G - s.r, 0, ou, on))
+end
+-- Until the window holds nothing: the newest non-empty bucket b − N + nw − 1 leaves when its
+-- last admission does.
+local function marked_reset(s, nw)
+  if nw == 0 then
+    return 0, 0
+  end
+  return after_mark(s, nw - 1, bucket_mark(s, s.b - s.q.N + nw - 1))
+end
+
+local function marked_judge(s, n, peek)
+  local q = s.q
+  local L, N, r = q.L, q.N, s.r
+  local used = tail(s, 0)
+  if has_left(q, r, bucket_mark(s, s.b - N)) then
+    used = tail(s, 1)
+  end
+  if used + n <= L then
+    if peek then
+      local su, sn = marked_reset(s, newest(s))
+      return 1, L - used, 0, 0, su, sn
+    end
+    -- Clear once this bucket's last admission, this one included, leaves: W + its offset − r.
+    local m = math.max(bucket_mark(s, s.b), mark_for(q, r))
+    local ou, on = mark_offset(q, m)
+    local su, sn = padd(q.W - r, 0, ou, on)
+    return 1, L - used - n, 0, 0, su, sn
+  end
+  local nw = newest(s)
+  -- In bucket b + j the request fits once bucket b − N + j has left, if tail(j + 1) + n ≤ L:
+  -- it leaves at its mark.
+  local j = first_false(0, nw, function(x)
+    return tail(s, x + 1) + n > L
+  end)
+  local ru, rn = after_mark(s, j, bucket_mark(s, s.b - N + j))
+  if ru == 0 and rn == 0 then
+    rn = 1
+  end
+  local su, sn = marked_reset(s, nw)
+  return 0, math.max(L - used, 0), ru, rn, su, sn
+end
+
 -- The cost each mode's rule counts now.
 -- Strict: buckets b − N ..= b.
 local function strict_used(s)
@@ -435,6 +529,9 @@ end
 function counter.judge(s, n, peek)
   local q = s.q
   local L, mode = q.L, q.mode
+  if mode == 5 then
+    return marked_judge(s, n, peek)
+  end
   if mode == 2 then
     local used = fixed_used(s)
     local nxt = q.G - s.r
@@ -468,6 +565,22 @@ end
 
 function counter.charge(s, n)
   local b, q = s.b, s.q
+  if q.mode == 5 then
+    local m = mark_for(q, s.r)
+    if b > s.f then
+      -- The newest bucket's mark moves from the hash to its entry, which outlives it.
+      if s.f >= 0 and s.fm > 0 and s.f >= b - q.N then
+        local e = redis.call('ZRANGEBYSCORE', s.Z, s.f, s.f, 'LIMIT', 0, 1)
+        if e[1] then
+          redis.call('ZREM', s.Z, e[1])
+          redis.call('ZADD', s.Z, s.f, e[1] .. ':' .. fmt(s.fm))
+        end
+      end
+      s.fm = m
+    elseif m > s.fm then
+      s.fm = m
+    end
+  end
   if b > s.f then
     redis.call('ZADD', s.Z, b, fmt(s.c) .. ':' .. fmt(b))
     redis.call('ZREMRANGEBYSCORE', s.Z, '-inf', '(' .. fmt(b - q.N))
@@ -492,9 +605,13 @@ end
 -- Frees up to n of the oldest units the window counts (the current bucket alone for the
 -- fixed window) by raising the floor of every snapshot.
 function counter.refund(s, n)
-  local first = s.b - s.q.N
-  if s.q.mode == 2 then
+  local q = s.q
+  local first = s.b - q.N
+  if q.mode == 2 then
     first = s.b
+  elseif q.mode == 5 and tail(s, 1) < tail(s, 0) and has_left(q, s.r, bucket_mark(s, first)) then
+    -- The oldest bucket has left the window: the oldest units it counts are next.
+    first = first + 1
   end
   local v = snapshot(s, first)
   local take = math.min(n, s.c - v)
@@ -515,9 +632,10 @@ function counter.release(s, back, bt)
   end
   local later = redis.call('ZRANGEBYSCORE', s.Z, '(' .. fmt(bt), '+inf')
   for _, m in ipairs(later) do
-    local v, x = string.match(m, '^(%d+):(%d+)$')
+    -- A mark (Strict with marks) stays: a released unit only keeps its bucket counted longer.
+    local v, x, mark = string.match(m, '^(%d+):(%d+)(.*)$')
     redis.call('ZREM', s.Z, m)
-    redis.call('ZADD', s.Z, x, fmt(tonumber(v) - back) .. ':' .. x)
+    redis.call('ZADD', s.Z, x, fmt(tonumber(v) - back) .. ':' .. x .. mark)
   end
   s.c = s.c - back
   if s.fl > s.c then
@@ -540,6 +658,9 @@ end
 -- denial, another bucket).
 function counter.fast(s, n)
   local q = s.q
+  if q.mode == 5 then
+    return nil
+  end
   local G = q.G
   local b, r = idiv(now, G)
   if b ~= s.bb then
@@ -594,6 +715,11 @@ function counter.flush(s)
   else
     -- Only c moved.
     fields = { 'c', s.c }
+  end
+  if s.fm ~= s.fm0 then
+    fields[#fields + 1] = 'fm'
+    fields[#fields + 1] = s.fm
+    s.fm0 = s.fm
   end
   if s.cached then
     for _, x in ipairs({ 'pb', s.pb, 'cb', s.cb, 'cs', s.cs, 'cb2', s.cb2, 'cs2', s.cs2 }) do
@@ -901,10 +1027,10 @@ end
 
 ------------------------------------------------------------------------------------------
 -- Quotas, as the caller sends them: mode (0 Strict, 1 Weighted, 2 fixed window, 3 exact
--- log, 4 GCRA), L, W (µs), G (µs), N, Tu, Tr (GCRA's interval T = Tu µs + Tr ns), and the
+-- log, 4 GCRA, 5 Strict with marks), L, W (µs), G (µs), N, Tu, Tr (GCRA's interval T = Tu µs + Tr ns), and the
 -- TTL slack in milliseconds: 8 numbers from args[o + 1].
 ------------------------------------------------------------------------------------------
-local RULES = { [0] = counter, [1] = counter, [2] = counter, [3] = log, [4] = gcra }
+local RULES = { [0] = counter, [1] = counter, [2] = counter, [3] = log, [4] = gcra, [5] = counter }
 
 local function quota(args, o)
   local q = {}
@@ -913,6 +1039,10 @@ local function quota(args, o)
   q.rule = RULES[q.mode]
   if q.mode <= 2 then
     q.kind = 'c' .. args[o + 4]
+  elseif q.mode == 5 then
+    -- Its own kind: a Strict key's entries carry no marks.
+    q.kind = 'm' .. args[o + 4]
+    q.step = idiv(q.G * 1000 + 253, 254)
   elseif q.mode == 3 then
     q.kind = 'l'
   else

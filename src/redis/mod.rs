@@ -87,7 +87,7 @@ pub use limiter::{
     Degraded, LeaseConfig, Path, Policy, RedisDecision, RedisLimiter, RedisLimiterBuilder,
 };
 pub use multi::{RedisMultiDecision, check_all};
-pub use script::MAX_WINDOW_MICROS;
+pub use script::{MAX_MARKED_GRANULARITY_NANOS, MAX_WINDOW_MICROS};
 
 use crate::decision::CostError;
 

@@ -17,6 +17,11 @@ pub(crate) const SOURCE: &str = include_str!("limiter.lua");
 /// `2⁵³`, where Lua's doubles stop being exact.
 pub const MAX_WINDOW_MICROS: u64 = 1 << 48;
 
+/// The longest granularity of Strict with last-admission marks, in nanoseconds: the script
+/// computes a mark's offsets in nanoseconds of a bucket, `G` plus a step of `⌈G / 254⌉` at
+/// most, which must stay below `2⁵³` to be exact in Lua's doubles (about 104 days).
+pub const MAX_MARKED_GRANULARITY_NANOS: u64 = (1 << 53) - 1000 * 254;
+
 /// What the script does with each limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -64,11 +69,7 @@ impl Shape {
             Mode::FixedWindow => 2,
             Mode::ExactLog => 3,
             Mode::Gcra => 4,
-            Mode::StrictMarked => {
-                return Err(Error::Quota(
-                    "Strict with last-admission marks is not available on the Redis backend; use Mode::Strict there".into(),
-                ));
-            }
+            Mode::StrictMarked => 5,
         };
         if w % 1000 != 0 {
             return Err(Error::Quota(format!(
@@ -76,7 +77,7 @@ impl Shape {
                 quota.window()
             )));
         }
-        if mode <= 2 && g % 1000 != 0 {
+        if (mode <= 2 || mode == 5) && g % 1000 != 0 {
             return Err(Error::Quota(format!(
                 "granularity {:?} is not a whole number of microseconds, the resolution of the server's TIME",
                 quota.granularity()
@@ -86,6 +87,12 @@ impl Shape {
             return Err(Error::Quota(format!(
                 "window {:?} is longer than the {MAX_WINDOW_MICROS} µs (about 8.9 years) the backend counts exactly",
                 quota.window()
+            )));
+        }
+        if mode == 5 && g > MAX_MARKED_GRANULARITY_NANOS {
+            return Err(Error::Quota(format!(
+                "granularity {:?} is longer than the {MAX_MARKED_GRANULARITY_NANOS} ns (about 104 days) the backend keeps last-admission marks of exactly",
+                quota.granularity()
             )));
         }
         let interval = w.div_ceil(quota.limit());

@@ -22,9 +22,10 @@ pub const MODES: [Mode; 6] = [
     Mode::Gcra,
 ];
 
-/// The algorithms the Redis backend runs: all but Strict with marks, which it refuses.
-pub const REDIS_MODES: [Mode; 5] = [
+/// The algorithms the Redis backend runs: all of them.
+pub const REDIS_MODES: [Mode; 6] = [
     Mode::Strict,
+    Mode::StrictMarked,
     Mode::Weighted,
     Mode::FixedWindow,
     Mode::ExactLog,
