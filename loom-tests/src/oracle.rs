@@ -226,11 +226,11 @@ pub fn charged(events: &[Event]) -> u64 {
 /// thread had already read the (monotone) clock in that bucket before the call looked at
 /// `front`, so the call ran at or after that bucket's start.
 ///
-/// Which one a call used shows in its decision's offset `r`: `reset_after` is
-/// `k·G − r` for some `k ≥ 1` whenever the window is not empty (always, for a check). A
-/// decision whose offset is neither its reading's nor 0 matches no time: the empty list.
-/// The models' readings are never bucket starts, so an offset of 0 proves the call judged at
-/// a newer bucket's start, and otherwise it judged at its reading.
+/// The decision cannot say which: its durations are measured from the reading either way
+/// (`docs/design.md`, "Time"), so `reset_after` is `k·G − r` for the reading's offset `r`
+/// and some `k ≥ 1` whenever the window is not empty (always, for a check). A decision whose
+/// `reset_after` fits no such `k` matches no time: the empty list. The models' readings are
+/// never bucket starts.
 pub fn effective_times(spec: &Spec, e: &Event, newest: u64) -> Vec<u64> {
     let g = spec.granularity;
     assert_ne!(
@@ -240,19 +240,10 @@ pub fn effective_times(spec: &Spec, e: &Event, newest: u64) -> Vec<u64> {
     );
     let later = (spec.bucket(e.at) + 1..=newest).map(|j| j * g);
     let reset = u64::try_from(e.decision.reset_after().as_nanos()).expect("small");
-    if reset == 0 {
-        // An empty window: any of them.
-        return std::iter::once(e.at).chain(later).collect();
+    if reset != 0 && (g - reset % g) % g != e.at % g {
+        return Vec::new();
     }
-    let offset = (g - reset % g) % g;
-    let mut out = Vec::new();
-    if offset == e.at % g {
-        out.push(e.at);
-    }
-    if offset == 0 {
-        out.extend(later);
-    }
-    out
+    std::iter::once(e.at).chain(later).collect()
 }
 
 /// The newest bucket any fill can have established: that of the latest check's reading.

@@ -3,7 +3,7 @@
 // Proves: with the clock crossing from one fixed window into the next while two threads check
 // a limiter of L = 2 whose first window holds one unit, every call is judged in one window
 // (its own reading's, or — if the ring moved past it — the next one's, as its decision
-// shows); no window admits more than L of the units judged in it; each unit is counted in the
+// shows: its reading plus its `reset_after` is the end of the window it judged); no window admits more than L of the units judged in it; each unit is counted in the
 // window it was judged in or, if its compare-and-swap landed after the next window's snapshot,
 // in that later one (the ring's documented lean toward denial, never the other way); no
 // check is denied in a window that did not hold L by that count; and the total count is
@@ -59,11 +59,16 @@ fn checks_race_a_clock_crossing_into_the_next_window() {
             .chain(checkers.into_iter().map(|h| h.join().unwrap()))
             .collect();
 
-        // The window each call was judged in: its reading's, or the next one's start.
+        // The window each call was judged in: its reading's, or the next one's start. Its
+        // decision's waits are measured from its reading, and the window it judged (never
+        // empty at a check: it counts the call's unit or denied it) empties when it ends, so
+        // reading + reset_after is that window's end.
         let window = |e: &Event| {
             let times = effective_times(&SPEC, e, 1);
-            assert_eq!(times.len(), 1, "one judged time: {e:?}");
-            SPEC.bucket(times[0])
+            let end = e.at + e.decision.reset_after().as_nanos() as u64;
+            let w = SPEC.bucket(end) - 1;
+            assert!(times.contains(&(w * SPEC.granularity).max(e.at)), "{e:?}");
+            w
         };
         let admitted_in = |w: u64| -> u64 {
             all.iter()

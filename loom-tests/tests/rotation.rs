@@ -5,8 +5,8 @@
 // retry when the ring moves under them) keep Strict's promise: no interval of length W holds
 // more than L of the admitted cost, each admission taken at the time it judged at — the last
 // clock reading of the call, recorded by a wrapping clock, or, when the ring moved past that
-// reading once more, the start of the newer bucket (the decision's offset says which; see
-// `effective_times`). Every decision is one the sequential counter gives at that time for
+// reading once more, the start of the newer bucket (either, where the decision cannot tell;
+// see `effective_times`). Every decision is one the sequential counter gives at that time for
 // some set of the other admissions, each counted no earlier than its own bucket; the final
 // window sums match the sequential counter's; and nothing drifts: W + G after the last
 // admission the limiter has all of L again.
