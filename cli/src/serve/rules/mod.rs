@@ -249,12 +249,13 @@ where
 pub(crate) fn parse_mode(text: &str) -> Result<Mode, String> {
     match text {
         "strict" => Ok(Mode::Strict),
+        "strict-marked" => Ok(Mode::StrictMarked),
         "weighted" => Ok(Mode::Weighted),
         "exact-log" => Ok(Mode::ExactLog),
         "fixed-window" => Ok(Mode::FixedWindow),
         "gcra" => Ok(Mode::Gcra),
         _ => Err(format!(
-            "unknown mode {text:?}: use strict, weighted, exact-log, fixed-window or gcra"
+            "unknown mode {text:?}: use strict, strict-marked, weighted, exact-log, fixed-window or gcra"
         )),
     }
 }
@@ -384,6 +385,7 @@ mod tests {
         assert_eq!(unit_window("MINUTE"), Some(Duration::from_secs(60)));
         assert_eq!(unit_window("fortnight"), None);
         assert_eq!(parse_mode("gcra"), Ok(Mode::Gcra));
+        assert_eq!(parse_mode("strict-marked"), Ok(Mode::StrictMarked));
         assert!(parse_mode("Strict").unwrap_err().contains("unknown mode"));
     }
 }

@@ -5,7 +5,8 @@
 //! limit = 100
 //! window = "1m"
 //! granularity = "1s"            # optional: the window / 10 by default
-//! mode = "strict"               # strict (default), weighted, exact-log, fixed-window, gcra
+//! mode = "strict"               # strict (default), strict-marked, weighted, exact-log,
+//!                               # fixed-window, gcra
 //! shadow = false                # decide and record, never deny
 //!
 //! [keys]                        # POST /v1/check {"key": "..."}
@@ -249,6 +250,11 @@ limit = 5
 window = "15m"
 shadow = true
 
+[rules.marked]
+limit = 10
+window = "1m"
+mode = "strict-marked"
+
 [keys]
 default = ["per-user"]
 overrides = { "batch-job" = ["bulk"] }
@@ -286,6 +292,11 @@ unlimited = true
             (100, Duration::from_secs(60), Duration::from_secs(1))
         );
         assert_eq!(spec.rules[bulk].quota.mode(), slidegate::Mode::Gcra);
+        let marked = spec.rule("marked").unwrap();
+        assert_eq!(
+            spec.rules[marked].quota.mode(),
+            slidegate::Mode::StrictMarked
+        );
         assert!(spec.rules[login].shadow);
         assert_eq!(spec.key_default, vec![per_user]);
         assert_eq!(spec.key_overrides["batch-job"], vec![bulk]);
@@ -298,6 +309,21 @@ unlimited = true
             Target::Rule(login)
         );
         assert_eq!(r(&[("user", "health")]), Target::Unlimited);
+    }
+
+    /// The shipped example parses, its key rule Strict with last-admission marks; a mode
+    /// misspelt is an error that lists every mode's name.
+    #[test]
+    fn the_example_file_and_the_modes() {
+        let spec = parse(include_str!("../../../../examples/rules.toml")).unwrap();
+        let per_key = spec.rule("per-key").unwrap();
+        assert_eq!(
+            spec.rules[per_key].quota.mode(),
+            slidegate::Mode::StrictMarked
+        );
+        let e = error("[rules.a]\nlimit = 10\nwindow = \"1m\"\nmode = \"marked\"\n");
+        assert_eq!((e.line, e.field.as_str()), (Some(4), "rules.a.mode"), "{e}");
+        assert!(e.message.contains("strict-marked"), "{}", e.message);
     }
 
     fn error(text: &str) -> RulesError {
