@@ -53,6 +53,16 @@ const CHECKERS: usize = 3;
 /// Clock steps taken while checks run.
 const RACING_STEPS: usize = 20_000;
 
+/// The work of a run (racing steps, checks per phase) is divided by `SLIDEGATE_STRESS_SHRINK`
+/// (default 1): `.ci/valgrind` runs these tests about 50 times slower.
+fn shrink() -> usize {
+    std::env::var("SLIDEGATE_STRESS_SHRINK")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
+
 fn stress(limit: u64, buckets: u64, g: u64, mode: Mode, seed: u64) {
     let window = g * buckets;
     let quota = Quota::new(limit, Duration::from_nanos(window))
@@ -66,6 +76,7 @@ fn stress(limit: u64, buckets: u64, g: u64, mode: Mode, seed: u64) {
     let racing = AtomicBool::new(true);
     let phases = 4 * (buckets as usize + 1);
     let barrier = Barrier::new(CHECKERS + 1);
+    let shrink = shrink();
 
     thread::scope(|s| {
         for id in 0..CHECKERS {
@@ -86,7 +97,7 @@ fn stress(limit: u64, buckets: u64, g: u64, mode: Mode, seed: u64) {
                 }
                 for _ in 0..phases {
                     barrier.wait();
-                    for _ in 0..2_000 {
+                    for _ in 0..2_000 / shrink {
                         once(&mut rng);
                     }
                     barrier.wait();
@@ -96,7 +107,7 @@ fn stress(limit: u64, buckets: u64, g: u64, mode: Mode, seed: u64) {
         }
         // The stepper: first while checks run...
         let mut rng = XorShift(seed);
-        for _ in 0..RACING_STEPS {
+        for _ in 0..RACING_STEPS / shrink {
             clock.advance(Duration::from_nanos(rng.next() % (g / 3 + 1)));
             if rng.next() % 512 == 0 {
                 clock.advance(Duration::from_nanos(window + rng.next() % window));
