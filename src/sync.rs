@@ -6,19 +6,33 @@
 //! `crossbeam_loom` use). The cfg is crate-specific so that a user's own `--cfg loom` never
 //! changes slidegate.
 //!
+//! With `RUSTFLAGS="--cfg slidegate_shuttle"` the atomics, the lock and the back-off are
+//! [shuttle]'s instead, whose random and PCT schedulers run many threads' interleavings at
+//! random (`shuttle-tests/`). crossbeam-epoch stays itself there: shuttle runs its threads
+//! one at a time on one OS thread, so they share one epoch handle, pins nest, and nothing is
+//! freed while any of them is pinned (sound, but reclamation is loom's to check).
+//!
 //! Memory reclamation is [crossbeam-epoch], re-exported here as `epoch`. Under loom the
 //! crate is built with its `loom` feature and `--cfg crossbeam_loom` (both set by
 //! `.ci/test`), so its pins, deferred frees and atomic pointers are model-checked too.
 //!
 //! [loom]: https://docs.rs/loom
+//! [shuttle]: https://docs.rs/shuttle
 //! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 
-#[cfg(not(slidegate_loom))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 pub(crate) use std::sync::Arc;
-#[cfg(not(slidegate_loom))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-#[cfg(not(slidegate_loom))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
+
+#[cfg(slidegate_shuttle)]
+pub(crate) use shuttle::sync::Arc;
+#[cfg(slidegate_shuttle)]
+pub(crate) use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(slidegate_shuttle)]
+pub(crate) use shuttle::sync::{Mutex, MutexGuard};
 
 #[cfg(slidegate_loom)]
 pub(crate) use loom::sync::Arc;
@@ -103,10 +117,10 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Backs off after a lost compare-and-swap.
 ///
-/// On `std` this is crossbeam's exponential spin; under loom it yields, so the model checker
-/// schedules the thread that won instead of exploring a spinning one.
+/// On `std` this is crossbeam's exponential spin; under loom and shuttle it yields, so the
+/// scheduler runs the thread that won instead of a spinning one.
 pub(crate) struct Backoff {
-    #[cfg(not(slidegate_loom))]
+    #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
     inner: crossbeam_utils::Backoff,
 }
 
@@ -114,27 +128,31 @@ impl Backoff {
     #[inline]
     pub(crate) fn new() -> Self {
         Backoff {
-            #[cfg(not(slidegate_loom))]
+            #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
             inner: crossbeam_utils::Backoff::new(),
         }
     }
 
     #[inline]
     pub(crate) fn spin(&self) {
-        #[cfg(not(slidegate_loom))]
+        #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
         self.inner.spin();
         #[cfg(slidegate_loom)]
         loom::thread::yield_now();
+        #[cfg(slidegate_shuttle)]
+        shuttle::thread::yield_now();
     }
 
     /// Backs off while waiting for another thread to finish something: spins at first, then
     /// yields the processor (crossbeam's `snooze`), so a writer on the same core can run.
     #[inline]
     pub(crate) fn snooze(&self) {
-        #[cfg(not(slidegate_loom))]
+        #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
         self.inner.snooze();
         #[cfg(slidegate_loom)]
         loom::thread::yield_now();
+        #[cfg(slidegate_shuttle)]
+        shuttle::thread::yield_now();
     }
 }
 
