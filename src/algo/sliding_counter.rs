@@ -323,6 +323,104 @@ impl CounterRule {
         (used + n <= self.limit).then(|| self.admitted(used, r, n))
     }
 
+    /// [`CounterRule::judge`] for the denials of the ring's fast path, given `tail(0)`
+    /// (`all`) at offset `r`, `rest`, which loads `tail(1)`, and `current`, which loads
+    /// `tail(N)`, the current bucket's count: the decision if `n` is denied and its
+    /// `retry_after` follows from those tails alone, `None` otherwise (an admission, a torn
+    /// snapshot, an empty current bucket under `N > 1`, or a first fit between the oldest
+    /// bucket's leaving and the current one's), for the general path to judge.
+    ///
+    /// These are the values `judge` computes from the same tails, its searches skipped. The
+    /// current bucket holds something, so the window clears `N + 1` bucket ends from now
+    /// (`newest = N + 1`), and the searches for the first fit try their two ends first: the
+    /// oldest bucket leaving (`tail(1) + n ≤ L`: a flood that has run for a while) or all but
+    /// the current one leaving (`tail(N) + n > L` too: the limit spent in the current bucket,
+    /// a burst). With `N = 1` those are the only cases. The fixed window's denial needs
+    /// `tail(1)` alone.
+    #[inline]
+    pub(crate) fn judge_denied_fast(
+        &self,
+        all: u64,
+        r: u64,
+        rest: impl FnOnce() -> Option<u64>,
+        current: impl FnOnce() -> Option<u64>,
+        n: u64,
+    ) -> Option<Decision> {
+        let (l, nb) = (self.limit, self.buckets);
+        let (used, rest) = match self.kind {
+            Kind::Marked => return None,
+            Kind::Fixed => {
+                // Only the current bucket counts: `tail(1)`, with `N = 1`.
+                let current = rest()?;
+                let d = self.judge_fixed(r, n, false, &|_| current);
+                return (!d.is_allowed()).then_some(d);
+            }
+            Kind::Strict => {
+                if all + n <= l {
+                    return None;
+                }
+                (all, rest()?)
+            }
+            Kind::Weighted => {
+                let rest = rest()?;
+                (self.weighted_use(all, rest, r), rest)
+            }
+        };
+        if used + n <= l {
+            return None;
+        }
+        let current = if nb == 1 { rest } else { current()? };
+        let newest = if current > 0 {
+            nb + 1
+        } else if nb == 1 {
+            // `tail(1) = 0`: only the oldest bucket holds anything (`all > 0`: denied).
+            1
+        } else {
+            return None;
+        };
+        // The first fit's two ends: at the lower, the oldest bucket leaving is enough.
+        let low = rest + n <= l;
+        if !low && nb > 1 && current + n <= l {
+            return None;
+        }
+        let retry = match self.kind {
+            Kind::Weighted => {
+                // `weighted_retry` at its first `j`: 0 at the lower end, else `N`, where the
+                // current bucket is the oldest and nothing is newer. In bucket `b + j` the
+                // oldest bucket's share must fall to the room the rest leaves, `A`, from
+                // offset `G − ⌊A·G / C⌋` on.
+                let (j, oldest, room) = if low {
+                    (0, all - rest.min(all), l - n - rest)
+                } else {
+                    (newest - 1, current, l - n)
+                };
+                let g = self.granularity;
+                let from = if oldest == 0 {
+                    0
+                } else {
+                    let fits = u128::from(room) * u128::from(g) / u128::from(oldest);
+                    u128::from(g).saturating_sub(fits) as u64
+                };
+                if from < g {
+                    let at = self.after_buckets(j, 0).saturating_add(from);
+                    at.saturating_sub(r).max(1)
+                } else if j < nb {
+                    // The next bucket decides: the general path's search.
+                    return None;
+                } else {
+                    self.span.saturating_sub(r)
+                }
+            }
+            _ => self.after_buckets(if low { 1 } else { newest }, r),
+        };
+        Some(Decision::denied(
+            l,
+            l.saturating_sub(used),
+            retry,
+            self.after_buckets(newest, r),
+        ))
+    }
+
     /// What Weighted counts as in use at offset `r` given `tail(0)` and `tail(1)`.
     #[inline]
     fn weighted_use(&self, all: u64, rest: u64, r: u64) -> u64 {
@@ -538,6 +636,54 @@ mod tests {
         assert_eq!(d.remaining(), 4);
         // 8·(100 − x)/100 ≤ 5 ⇔ x ≥ 37.5: offset 38, 13 ns after 25.
         assert_eq!(d.retry_after(), Some(Duration::from_nanos(13)));
+    }
+
+    /// The fast denial is the general judgement with its searches skipped: on every window
+    /// of up to 4 buckets holding 0 ..= 3 each, wherever it answers, it answers as `judge`
+    /// does, and it answers a flood's denial.
+    #[test]
+    fn fast_denial_equals_the_general_judgement() {
+        let mut answered = 0;
+        for (mode, max_buckets) in [
+            (Mode::Strict, 4),
+            (Mode::Weighted, 4),
+            (Mode::FixedWindow, 1),
+        ] {
+            for nb in 1..=max_buckets {
+                for limit in 1..=6 {
+                    let rule = rule(limit, nb, mode);
+                    let windows = 4u64.pow(nb as u32 + 1);
+                    for w in 0..windows {
+                        let counts: Vec<u64> = (0..=nb).map(|i| (w >> (2 * i)) & 3).collect();
+                        let tail = tail_of(&counts);
+                        for r in [0, 1, 37, 50, 99] {
+                            for n in 1..=limit {
+                                let fast = rule.judge_denied_fast(
+                                    tail(0),
+                                    r,
+                                    || Some(tail(1)),
+                                    || Some(tail(nb)),
+                                    n,
+                                );
+                                let Some(fast) = fast else { continue };
+                                answered += 1;
+                                let general = rule.judge(r, n, false, &tail, |_| 0);
+                                assert_eq!(fast, general, "{mode:?} {counts:?} r {r} n {n}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(answered > 1000, "the fast denial answered {answered} times");
+        // A flood's denials: the limit spent in the current bucket, or in the oldest with
+        // the current one holding some.
+        let r = rule(3, 2, Mode::Strict);
+        for counts in [[0, 0, 3], [2, 0, 1]] {
+            let tail = tail_of(&counts);
+            let d = r.judge_denied_fast(tail(0), 10, || Some(tail(1)), || Some(tail(2)), 1);
+            assert_eq!(d, Some(r.judge(10, 1, false, tail, |_| 0)), "{counts:?}");
+        }
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! A charge tries the ring's fast path first ([`charge_fast`]: the clock in the newest
 //! bucket, the oldest snapshot current, the cost admitted), and otherwise goes on with the
 //! general loop ([`charge_loop`]) from the loads the fast path made, so a check makes the same
-//! atomic accesses either way. The limiters call them without going through the state's
+//! atomic accesses either way. The general loop first tries the common denial on those loads
+//! ([`deny_fast`]: a flood's, whose `retry_after` and `reset_after` follow from the window's
+//! first, second and last tails), so that a flood of denials costs a few loads more than an
+//! admission rather than the general reading and its searches. The limiters call them without going through the state's
 //! dispatch, through which the check stopped being inlined: the direct limiter calls the two
 //! itself, keeping the fast path inline and the loop out of line; the keyed limiter calls
 //! [`charge`]. Peeks and reservations go through [`decide`].
@@ -56,6 +59,22 @@ pub(crate) fn charge_fast(
     }
 }
 
+/// The counter's common denial, from the loads of a fast read that declined: a flood's
+/// ([`CounterRule::judge_denied_fast`]: the general judgement's values, its searches
+/// skipped), made on a reading as consistent as [`Ring::read`]'s (the fast read's
+/// conditions, then `front` re-checked). A denial writes nothing, so it is returned as
+/// judged. `None`, having written nothing, for anything else: the general loop judges it
+/// from the same loads. Out of line and called by the general loop, not by [`charge_fast`]:
+/// a call there made the inlined admission build the reading in memory (a direct allowed
+/// check 96 → 132 instructions).
+#[inline(never)]
+fn deny_fast(ring: &Ring<'_>, loads: Loads, rule: &CounterRule, n: u64) -> Option<Decision> {
+    let fast = ring.fast_from(rule.granularity, loads)?;
+    let decision =
+        rule.judge_denied_fast(fast.sum, fast.offset, || fast.rest(), || fast.current(), n)?;
+    fast.unmoved().then_some(decision)
+}
+
 /// [`charge_fast`] for Strict with marks, written without closures: through them the
 /// compiler called the judgement out of line and built the ring in memory for it. It counts
 /// `tail(1)` instead of the window's sum when the oldest bucket's mark (loaded with its
@@ -99,6 +118,11 @@ pub(crate) fn charge_loop(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
+    if let Some(declined) = loads
+        && let Some(decision) = deny_fast(&ring, declined, rule, n)
+    {
+        return Some(decision);
+    }
     loop {
         let (decision, judged) =
             ring.read_from(loads.take(), rule.granularity, &now, true, |r| {

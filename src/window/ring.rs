@@ -489,6 +489,26 @@ impl Fast<'_> {
         clean(slot, k, cum).then(|| tail_from(cum, slot))
     }
 
+    /// `tail(N)`, the count of the current bucket, `front`; `None` if its snapshot is torn
+    /// or raised (the caller takes the general path).
+    #[inline(always)]
+    pub(crate) fn current(&self) -> Option<u64> {
+        let (front, cum) = (self.loads.front, self.loads.cum);
+        // Acquire: as in `Reading::tail`.
+        let slot = self.ring.slot(front).load(Ordering::Acquire);
+        clean(slot, front, cum).then(|| tail_from(cum, slot))
+    }
+
+    /// Whether `front` is still the one this reading loaded: the re-check that makes a
+    /// reading consistent, as [`Ring::read`] makes it after its judgement. A denial judged on
+    /// this reading returns only if it holds, so that it was made on exactly what `read`
+    /// would have handed its judge.
+    #[inline(always)]
+    pub(crate) fn unmoved(&self) -> bool {
+        // Acquire: as `read`'s re-check of `front`.
+        self.ring.front.load(Ordering::Acquire) == self.loads.front
+    }
+
     /// The last-admission mark of the oldest bucket, `front − N`, loaded with its snapshot.
     #[inline(always)]
     pub(crate) fn oldest_mark(&self) -> u64 {
@@ -742,8 +762,10 @@ impl Ring<'_> {
     /// check that `front` did not move before the CAS, the same CAS, so every argument made
     /// for `read` holds; and as the general path resumes from its loads rather than
     /// repeating them, a check makes the same atomic accesses as before the fast path existed
-    /// (but for a Weighted or fixed-window decline, which loads its second snapshot twice, and
-    /// a retired ring, whose oldest snapshot is now loaded before the retirement is seen), so
+    /// (but for a Weighted or fixed-window decline, which loads its second snapshot twice, a
+    /// retired ring, whose oldest snapshot is now loaded before the retirement is seen, and a
+    /// denial, which `counter::deny_fast` judges from these loads, the second and newest
+    /// snapshots and `front` again, as `read` would, and returns), so
     /// the loom models of rotation, which explore every interleaving of them, stay as small.
     /// It exists for speed: the general path's loop and judgement cost an allowed check about
     /// twice the instructions (`check_allowed`).
@@ -754,6 +776,13 @@ impl Ring<'_> {
         now: impl Fn() -> u64,
     ) -> Result<Fast<'_>, Loads> {
         let loads = self.load(now());
+        self.fast_from(granularity, loads).ok_or(loads)
+    }
+
+    /// The [`Fast`] reading made of `loads` (from [`Ring::fast_read`], as it loads them), if
+    /// they meet its conditions.
+    #[inline(always)]
+    pub(crate) fn fast_from(&self, granularity: u64, loads: Loads) -> Option<Fast<'_>> {
         let Loads {
             t,
             front,
@@ -763,17 +792,13 @@ impl Ring<'_> {
         let first = front - self.buckets;
         // `locate`'s common case: `t` in bucket `front`, which starts at `(front − N − 1)·G`.
         let offset = t.wrapping_sub((first - 1).wrapping_mul(granularity));
-        if offset < granularity && cum & RETIRED == 0 && clean(oldest, first, cum) {
-            Ok(Fast {
-                ring: self,
-                loads,
-                offset,
-                // `tail(0)` at bucket `front`.
-                sum: tail_from(cum, oldest),
-            })
-        } else {
-            Err(loads)
-        }
+        (offset < granularity && cum & RETIRED == 0 && clean(oldest, first, cum)).then(|| Fast {
+            ring: self,
+            loads,
+            offset,
+            // `tail(0)` at bucket `front`.
+            sum: tail_from(cum, oldest),
+        })
     }
 
     /// Adds `cost` to pending if `cum` still holds the value of `reading`: a reservation
