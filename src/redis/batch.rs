@@ -148,17 +148,26 @@ fn take(queue: &mut VecDeque<Request>) -> Vec<Request> {
 }
 
 /// Sends one batch and answers each request; gives up when the last caller has.
-async fn send(raw: Raw, dest: Option<Slot>, batch: Vec<Request>) -> Option<Slot> {
+async fn send(raw: Raw, dest: Option<Slot>, mut batch: Vec<Request>) -> Option<Slot> {
     let Some(last) = batch.iter().map(|r| r.expires).max() else {
         return dest;
     };
-    let inv = Invocation::decide(batch.iter().map(|r| Single {
-        shape: &r.shape,
-        keys: &r.keys,
-        n: r.n,
-        at_us: r.at_us,
-    }));
     let slot = script::slot(&batch[0].keys.0);
+    let inv = Invocation::decide(batch.iter_mut().map(|r| {
+        let Request {
+            shape,
+            keys,
+            n,
+            at_us,
+            ..
+        } = r;
+        Single {
+            shape,
+            keys: std::mem::take(keys),
+            n: *n,
+            at_us: *at_us,
+        }
+    }));
     let reply = tokio::time::timeout_at(last, raw.invoke(Entry::Decide, &inv, slot)).await;
     let Ok(reply) = reply else {
         // The last caller's deadline has passed. Each caller's own timer fires at its

@@ -411,7 +411,7 @@ impl RedisLimiter {
         let expires = Instant::now() + self.inner.deadline;
         let (reply, answer) = oneshot::channel();
         let request = batch::Request {
-            shape: self.inner.shape,
+            shape: self.inner.shape.clone(),
             keys,
             n: if peek { 0 } else { n },
             at_us: at_us.or_else(|| self.test_time()),

@@ -1,7 +1,7 @@
 //! The decision script (`limiter.lua`), its arguments and its reply, and the key layout.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use redis::cluster_routing::Slot;
 
@@ -47,7 +47,7 @@ impl Op {
 /// A quota as the script takes it: every duration in whole microseconds (the resolution of
 /// the server's `TIME`), GCRA's interval `T = ⌈W / L⌉` as microseconds and nanoseconds, and
 /// the limiter's TTL slack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub(crate) quota: Quota,
     mode: u8,
@@ -57,6 +57,9 @@ pub(crate) struct Shape {
     interval_us: u64,
     interval_ns: u64,
     slack_ms: u64,
+    /// The eight numbers as `decide` takes them ([`Shape::text`]), made once: formatted for
+    /// every call, they were about a tenth of a lone check's client-side instructions.
+    text: Arc<str>,
 }
 
 impl Shape {
@@ -96,7 +99,7 @@ impl Shape {
             )));
         }
         let interval = w.div_ceil(quota.limit());
-        Ok(Shape {
+        let mut shape = Shape {
             quota,
             mode,
             window: w / 1000,
@@ -105,7 +108,11 @@ impl Shape {
             interval_us: interval / 1000,
             interval_ns: interval % 1000,
             slack_ms,
-        })
+            text: Arc::from(""),
+        };
+        let [a, b, c, d, e, f, g, h] = shape.numbers();
+        shape.text = format!("{a} {b} {c} {d} {e} {f} {g} {h}").into();
+        Ok(shape)
     }
 
     /// The eight numbers the script takes for a quota (see `limiter.lua`).
@@ -124,9 +131,8 @@ impl Shape {
 
     /// The eight numbers as one text, space-separated: `decide` keeps the quotas it has
     /// parsed by this text.
-    fn text(&self) -> String {
-        let [a, b, c, d, e, f, g, h] = self.numbers();
-        format!("{a} {b} {c} {d} {e} {f} {g} {h}")
+    fn text(&self) -> Arc<str> {
+        self.text.clone()
     }
 
     /// Whether leases can be taken on this quota: not on the exact log, whose units carry the
@@ -144,16 +150,26 @@ impl Shape {
 /// needs it non-empty and not starting with `}` (else the tag would be empty). The two forms
 /// never meet (`t` against `{`), so distinct keys never share state.
 pub(crate) fn keys(prefix: &str, key: &str) -> Result<(String, String), Error> {
-    let base = if has_tag(key) {
-        format!("{prefix}t:{key}")
+    // Built by hand: through `format!` the two names were a fifth of a lone check's
+    // client-side instructions.
+    let (open, close) = if has_tag(key) {
+        ("t:", "")
     } else if key.is_empty() || key.starts_with('}') {
         return Err(Error::Key(format!(
             "a key must not be empty or start with '}}' unless it holds a hash tag, got {key:?}"
         )));
     } else {
-        format!("{prefix}{{{key}}}")
+        ("{", "}")
     };
-    Ok((format!("{base}:h"), format!("{base}:z")))
+    let mut h = String::with_capacity(prefix.len() + open.len() + key.len() + close.len() + 2);
+    h.push_str(prefix);
+    h.push_str(open);
+    h.push_str(key);
+    h.push_str(close);
+    let mut z = h.clone();
+    h.push_str(":h");
+    z.push_str(":z");
+    Ok((h, z))
 }
 
 /// Redis Cluster's rule: the part between the first `{` and the first `}` after it, if
@@ -192,10 +208,11 @@ pub(crate) struct Ticket {
 
 /// One decision of a `decide` call: a check of cost `n` on one key, or a peek (`n` = 0,
 /// judging a cost of 1), at `at_us` (`None`: the server's TIME).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Single<'a> {
     pub(crate) shape: &'a Shape,
-    pub(crate) keys: &'a (String, String),
+    /// Moved into the call (the batch's requests need them no more).
+    pub(crate) keys: (String, String),
     pub(crate) n: u64,
     pub(crate) at_us: Option<u64>,
 }
@@ -289,7 +306,7 @@ impl Library {
 pub(crate) enum Arg {
     Num(u64),
     Text(&'static str),
-    Owned(String),
+    Shared(Arc<str>),
 }
 
 impl redis::ToRedisArgs for Arg {
@@ -300,7 +317,7 @@ impl redis::ToRedisArgs for Arg {
         match self {
             Arg::Num(n) => n.write_redis_args(out),
             Arg::Text(t) => t.write_redis_args(out),
-            Arg::Owned(t) => t.write_redis_args(out),
+            Arg::Shared(t) => t.as_bytes().write_redis_args(out),
         }
     }
 }
@@ -328,36 +345,54 @@ impl Invocation {
     /// [`DECIDE_MAX`] decisions.
     pub(crate) fn decide<'a>(items: impl ExactSizeIterator<Item = Single<'a>>) -> Self {
         debug_assert!(items.len() <= DECIDE_MAX);
+        let items: Vec<Single<'a>> = items.collect();
         let mut shapes: Vec<&Shape> = Vec::new();
-        let mut keys: HashMap<&str, u64> = HashMap::with_capacity(items.len());
         let mut entries = Vec::with_capacity(items.len());
-        let mut inv = Invocation::default();
-        for it in items {
-            let q = match shapes.iter().position(|s| *s == it.shape) {
-                Some(i) => i as u64,
-                None => {
-                    shapes.push(it.shape);
-                    shapes.len() as u64 - 1
+        // Whether each item's key is met for the first time (its keys are then sent).
+        let mut first = Vec::with_capacity(items.len());
+        {
+            // Fixed seeds: a call's map holds at most DECIDE_MAX keys of its own callers,
+            // and SipHash cost a lone check more.
+            let mut keys: HashMap<&str, u64, ahash::RandomState> =
+                HashMap::with_capacity_and_hasher(
+                    items.len(),
+                    ahash::RandomState::with_seeds(1, 2, 3, 4),
+                );
+            for it in &items {
+                let q = match shapes.iter().position(|s| *s == it.shape) {
+                    Some(i) => i as u64,
+                    None => {
+                        shapes.push(it.shape);
+                        shapes.len() as u64 - 1
+                    }
+                };
+                let next = keys.len() as u64;
+                let k = *keys.entry(&it.keys.0).or_insert(next);
+                first.push(k == next);
+                // n ≤ MAX_LIMIT < 2³¹: the packed number stays below 2⁵², exact in Lua.
+                let packed = ((it.n * 1024 + q) * 1024 + k) * 2 + u64::from(it.at_us.is_some());
+                entries.push(Arg::Num(packed));
+                if let Some(t) = it.at_us {
+                    entries.push(Arg::Num(t));
                 }
-            };
-            let k = *keys.entry(&it.keys.0).or_insert_with(|| {
-                inv.keys.push(it.keys.0.clone());
-                inv.keys.push(it.keys.1.clone());
-                inv.keys.len() as u64 / 2 - 1
-            });
-            // n ≤ MAX_LIMIT < 2³¹: the packed number stays below 2⁵², exact in Lua.
-            let packed = ((it.n * 1024 + q) * 1024 + k) * 2 + u64::from(it.at_us.is_some());
-            entries.push(Arg::Num(packed));
-            if let Some(t) = it.at_us {
-                entries.push(Arg::Num(t));
             }
         }
-        inv.args.reserve(1 + shapes.len() + entries.len());
+        let mut inv = Invocation {
+            keys: Vec::with_capacity(2 * items.len()),
+            args: Vec::with_capacity(1 + shapes.len() + entries.len()),
+        };
         inv.args.push(Arg::Num(shapes.len() as u64));
         for s in shapes {
-            inv.args.push(Arg::Owned(s.text()));
+            inv.args.push(Arg::Shared(s.text()));
         }
         inv.args.extend(entries);
+        // Moved, not copied: the requests need their keys no more.
+        for (it, first) in items.into_iter().zip(first) {
+            if first {
+                inv.keys.push(it.keys.0);
+                inv.keys.push(it.keys.1);
+            }
+        }
         inv
     }
 
