@@ -90,6 +90,9 @@ pub(crate) struct Rule {
     pub(crate) field: PolicyName,
     /// Its `RateLimit-Policy` item, for the common answer that names one rule.
     policy: axum::http::HeaderValue,
+    /// The start of its `RateLimit` item, `"name";r=`, for the common answer that names one
+    /// rule; `None` if too long for [`Rule::limit_item`]'s buffer.
+    limit_prefix: Option<Box<[u8]>>,
     /// Its constant part of a status in the JSON answer, `"rule":…,"limit":…,"window_ms":…`.
     pub(crate) json: Box<str>,
     pub(crate) metrics: metrics::RuleMetrics,
@@ -202,32 +205,42 @@ impl Outcome {
     /// admitted and only the rules that deny when denied; `Retry-After` when denied and a
     /// wait would help.
     pub(crate) fn fields(&self, set: &RuleSet) -> [Option<axum::http::HeaderValue>; 3] {
-        let mut rules = self.statuses.iter().filter_map(|s| s.which.as_ref());
-        // One rule (the common answer): its policy item, built once per rule.
-        let single = match (rules.next(), rules.next()) {
-            (Some(only), None) => Some(only.get(set).policy.clone()),
-            _ => None,
-        };
+        let retry = self.retry_after.filter(|_| !self.allowed).map(retry_after);
+        let mut ruled = self
+            .statuses
+            .iter()
+            .filter_map(|s| Some((s, s.which.as_ref()?.get(set))));
+        // One rule (the common answer): its policy item built once per rule, its `RateLimit`
+        // item from its prefix, without the general builder's buffers.
+        if let (Some((s, r)), None) = (ruled.next(), ruled.next())
+            && let Some(prefix) = &r.limit_prefix
+        {
+            let limit = (self.allowed || s.over)
+                .then(|| Rule::limit_item(prefix, s.remaining, self.reset_of(s)));
+            return [Some(r.policy.clone()), limit, retry];
+        }
         let mut fields = Fields::new();
         for s in &self.statuses {
             if let Some(w) = &s.which {
                 let r = w.get(set);
-                if single.is_none() {
-                    fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
-                }
+                fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
                 if self.allowed || s.over {
-                    let reset = if s.over {
-                        s.retry_after.unwrap_or(s.reset_after)
-                    } else {
-                        s.reset_after
-                    };
-                    fields.limit(&r.field, s.remaining, reset);
+                    fields.limit(&r.field, s.remaining, self.reset_of(s));
                 }
             }
         }
         let (policy, limit) = fields.into_values();
-        let retry = self.retry_after.filter(|_| !self.allowed).map(retry_after);
-        [single.or(policy), limit, retry]
+        [policy, limit, retry]
+    }
+
+    /// The `t` of a status's `RateLimit` item: when a denying rule admits again, else when
+    /// its window empties.
+    fn reset_of(&self, s: &Status) -> Duration {
+        if s.over {
+            s.retry_after.unwrap_or(s.reset_after)
+        } else {
+            s.reset_after
+        }
     }
 }
 
@@ -389,7 +402,8 @@ impl RuleSet {
                         format!("longer than {} bytes", MAX_KEY_BYTES - 1),
                     ));
                 }
-                let indices: Vec<usize> = match rules {
+                let named: Vec<usize>;
+                let indices: &[usize] = match rules {
                     Some(names) => {
                         let mut v = Vec::with_capacity(names.len());
                         for (i, name) in names.iter().enumerate() {
@@ -405,20 +419,17 @@ impl RuleSet {
                                 })?;
                             v.push(r);
                         }
-                        v
+                        named = v;
+                        &named
                     }
-                    None => self
-                        .key_overrides
-                        .get(*key)
-                        .unwrap_or(&self.key_default)
-                        .clone(),
+                    None => self.key_overrides.get(*key).unwrap_or(&self.key_default),
                 };
                 let mut k = String::with_capacity(key.len() + 1);
                 k.push('k');
                 k.push_str(key);
                 Ok(indices
-                    .into_iter()
-                    .map(|i| Status::new(Some(Which::Rule(i)), k.clone()))
+                    .iter()
+                    .map(|&i| Status::new(Some(Which::Rule(i)), k.clone()))
                     .collect())
             }
             Request::Descriptors {
@@ -576,6 +587,15 @@ impl Rule {
         let mut one = Fields::new();
         one.policy(&field, spec.quota.limit(), spec.quota.window());
         let policy = one.into_values().0.ok_or("an empty RateLimit-Policy")?;
+        // The library's item for r = 0, t = 0, less its `0;t=0`.
+        let mut zero = Fields::new();
+        zero.limit(&field, 0, Duration::ZERO);
+        let item = zero.into_values().1.ok_or("an empty RateLimit")?;
+        let limit_prefix = item
+            .as_bytes()
+            .strip_suffix(b"0;t=0")
+            .filter(|p| p.len() <= LIMIT_PREFIX_MAX)
+            .map(Box::from);
         let json = format!(
             r#""rule":{},"limit":{},"window_ms":{}"#,
             serde_json::to_string(&spec.display).map_err(|e| e.to_string())?,
@@ -584,12 +604,43 @@ impl Rule {
         );
         Ok(Rule {
             policy,
+            limit_prefix,
             json: json.into(),
             metrics: metrics::RuleMetrics::new(&spec.display),
             field,
             limiter,
             spec,
         })
+    }
+}
+
+/// The longest `RateLimit` prefix [`Rule::limit_item`] writes on the stack.
+const LIMIT_PREFIX_MAX: usize = 96;
+
+impl Rule {
+    /// `prefix` (`"name";r=`), then `remaining;t=reset`: the item the library's `Fields`
+    /// writes (integers capped at the largest Structured Field Integer, `t` in whole seconds
+    /// rounded up; a test holds the two equal), in one copy into its `HeaderValue`.
+    fn limit_item(prefix: &[u8], remaining: u64, reset: Duration) -> axum::http::HeaderValue {
+        const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+        let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
+        let mut buf = [0u8; LIMIT_PREFIX_MAX + 40];
+        let mut n = 0;
+        for part in [
+            prefix,
+            itoa::Buffer::new()
+                .format(remaining.min(SF_INTEGER_MAX))
+                .as_bytes(),
+            b";t=",
+            itoa::Buffer::new()
+                .format(secs.min(SF_INTEGER_MAX))
+                .as_bytes(),
+        ] {
+            buf[n..n + part.len()].copy_from_slice(part);
+            n += part.len();
+        }
+        axum::http::HeaderValue::from_bytes(&buf[..n])
+            .expect("a policy name and digits are visible ASCII")
     }
 }
 
