@@ -12,8 +12,8 @@
 # ENDPOINTS chooses among them. COUNT=handler counts only inside the endpoint's handler (the
 # body read and parsed, the decision, the answer built; not the connection's reading and
 # writing): a figure that does not move with how often the idle server parks between
-# requests, which moves the whole server's count by a thousand or two per request. SLIDEGATE names a `slidegate` binary to measure instead of this tree's (another build, to
-# compare).
+# requests, which moves the whole server's count by a thousand or two per request. SLIDEGATE
+# names a `slidegate` binary to measure instead of this tree's (another build, to compare).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 small=${SMALL:-2000}
