@@ -678,3 +678,40 @@ fn a_new_gcra_key_denied_at_the_end_of_time_evicts_nothing() {
     );
     assert!(!keyed.check(&"a").is_allowed(), "a was forgotten");
 }
+
+/// Regression (found by the `algorithms` fuzz target): a call making two new keys of a full
+/// store forced out the first key it had just made to make room for the second, so that key's
+/// admission was forgotten as it was made (three forced evictions for two new keys, and a
+/// second call then admitted 12 units of a limit of 10 in one window). A key holding a
+/// reservation is now forced out only if every key sampled holds one. GCRA's reservation
+/// cannot be told from an admission, so this covers the counter and the exact log.
+#[test]
+fn a_call_making_new_keys_at_the_bound_keeps_the_keys_it_made() {
+    for mode in [
+        Mode::Strict,
+        Mode::StrictMarked,
+        Mode::Weighted,
+        Mode::FixedWindow,
+        Mode::ExactLog,
+    ] {
+        let clock = ManualClock::new();
+        let keyed = KeyedLimiter::<u8, _>::builder(quota(10, 6, 10_000_000_000).with_mode(mode))
+            .clock(clock.clone())
+            .max_keys(2)
+            .build();
+        clock.set(Duration::from_secs(1));
+        for key in [3, 1] {
+            assert!(keyed.check_n(&key, 3).unwrap().is_allowed(), "{mode:?}");
+        }
+        let (a, b, a2) = (keyed.key(&2), keyed.key(&0), keyed.key(&2));
+        let d = check_all(&[(&a as &dyn Limit, 2), (&b, 3), (&a2, 4)]).unwrap();
+        assert!(d.is_allowed(), "{mode:?}");
+        // Two new keys at a bound of two: the two old keys go, and nothing else.
+        assert_eq!((keyed.len(), keyed.forced_evictions()), (2, 2), "{mode:?}");
+        assert_eq!(keyed.peek(&2).remaining(), 4, "{mode:?}: key 2 holds 6");
+        assert_eq!(keyed.peek(&0).remaining(), 7, "{mode:?}: key 0 holds 3");
+        // Over the limit of key 2 now: denied, where the forgotten admission let it through.
+        let d = check_all(&[(&a as &dyn Limit, 6), (&b, 3)]).unwrap();
+        assert_eq!(d.denied_by(), Some(0), "{mode:?}");
+    }
+}

@@ -355,7 +355,7 @@ where
     /// next [`SAMPLE`] after the cursor, else the least recently active of them (forced,
     /// counted).
     fn make_room(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
-        let mut oldest: Option<(u64, usize)> = None;
+        let mut oldest: Option<((bool, u64), usize)> = None;
         let mut seen = 0;
         for _ in 0..=table.mask {
             if seen == SAMPLE {
@@ -373,9 +373,13 @@ where
             }
             // SAFETY: as in `get`; only this writer unlinks, and it did not.
             let entry = unsafe { slot.deref() };
-            let active = entry.state().last_active();
-            if oldest.is_none_or(|(a, _)| active < a) {
-                oldest = Some((active, i));
+            // A key a `check_all` holds a reservation on is forced out only if every key
+            // sampled holds one: otherwise a call making several new keys at the bound
+            // could force out one it had just made, forgetting its own admission.
+            let state = entry.state();
+            let rank = (state.holds_reservation(), state.last_active());
+            if oldest.is_none_or(|(r, _)| rank < r) {
+                oldest = Some((rank, i));
             }
         }
         if let Some((_, i)) = oldest {

@@ -98,3 +98,10 @@ pub(crate) fn is_retired(word: &AtomicU64) -> bool {
     // Relaxed: a hint for stores; decisions go through each cell's Acquire load.
     word.load(Ordering::Relaxed) & RETIRED != 0
 }
+
+/// Whether the live word `word` holds a reservation (pending `> 0`); `false` if it is retired.
+pub(crate) fn holds_reservation(word: &AtomicU64) -> bool {
+    // Relaxed: a hint for the store's choice of a key to force out.
+    let cum = word.load(Ordering::Relaxed);
+    cum & RETIRED == 0 && pending_of(cum) > 0
+}

@@ -573,6 +573,11 @@ impl Log {
         cum::is_retired(&self.cum)
     }
 
+    /// Whether a reservation of a `check_all` is pending on the log.
+    pub(crate) fn holds_reservation(&self) -> bool {
+        cum::holds_reservation(&self.cum)
+    }
+
     /// The time (ns) of the newest admission, 0 if none: a recency for LRU choices. A
     /// refunded newest unit reports its lowered time.
     pub(crate) fn last_active(&self) -> u64 {

@@ -987,6 +987,11 @@ impl Ring<'_> {
         cum::is_retired(self.cum)
     }
 
+    /// Whether a reservation of a `check_all` is pending on the ring.
+    pub(crate) fn holds_reservation(&self) -> bool {
+        cum::holds_reservation(self.cum)
+    }
+
     /// The start (ns) of the newest bucket in which anything may have been admitted: a
     /// recency for least-recently-used choices. Peeks do not move it.
     pub(crate) fn last_active(&self, granularity: u64) -> u64 {

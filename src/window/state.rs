@@ -304,6 +304,17 @@ impl State<'_> {
         }
     }
 
+    /// Whether a `check_all` holds a reservation on the state, not yet committed or
+    /// released: forcing it out would forget what that call is admitting. GCRA's reservation
+    /// is its TAT moved ahead, which cannot be told from an admission: `false`.
+    pub(crate) fn holds_reservation(&self) -> bool {
+        match self {
+            State::Ring { ring, .. } => ring.holds_reservation(),
+            State::Log { log, .. } => log.holds_reservation(),
+            State::Gcra { .. } => false,
+        }
+    }
+
     /// A recency (ns) for least-recently-used choices.
     pub(crate) fn last_active(&self) -> u64 {
         match self {
