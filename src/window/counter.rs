@@ -118,7 +118,10 @@ pub(crate) fn charge_loop(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
+    // Marks have no fast denial: Strict with marks goes to the general loop without building
+    // the fast view first.
     if let Some(declined) = loads
+        && !rule.is_marked()
         && let Some(decision) = deny_fast(&ring, declined, rule, n)
     {
         return Some(decision);
