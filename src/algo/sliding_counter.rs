@@ -323,6 +323,20 @@ impl CounterRule {
         (used + n <= self.limit).then(|| self.admitted(used, r, n))
     }
 
+    /// The offset into a bucket from which a leaving bucket's share of `oldest` units,
+    /// spread over its `G`, has fallen to `room`: `G − ⌊room·G / oldest⌋` (`G` or more: not
+    /// within the bucket), 0 if it holds nothing.
+    #[inline(always)]
+    fn share_fits_from(&self, room: u64, oldest: u64) -> u64 {
+        let g = self.granularity;
+        if oldest == 0 {
+            0
+        } else {
+            let fits = u128::from(room) * u128::from(g) / u128::from(oldest);
+            u128::from(g).saturating_sub(fits) as u64
+        }
+    }
+
     /// [`CounterRule::judge`] for the denials of the ring's fast path, given `tail(0)`
     /// (`all`) at offset `r`, `rest`, which loads `tail(1)`, and `current`, which loads
     /// `tail(N)`, the current bucket's count: the decision if `n` is denied and its
@@ -395,12 +409,7 @@ impl CounterRule {
                     (newest - 1, current, l - n)
                 };
                 let g = self.granularity;
-                let from = if oldest == 0 {
-                    0
-                } else {
-                    let fits = u128::from(room) * u128::from(g) / u128::from(oldest);
-                    u128::from(g).saturating_sub(fits) as u64
-                };
+                let from = self.share_fits_from(room, oldest);
                 if from < g {
                     let at = self.after_buckets(j, 0).saturating_add(from);
                     at.saturating_sub(r).max(1)
@@ -488,12 +497,7 @@ impl CounterRule {
             let Some(room) = l.checked_sub(n + rest) else {
                 continue;
             };
-            let from = if oldest == 0 {
-                0
-            } else {
-                let fits = u128::from(room) * u128::from(g) / u128::from(oldest);
-                u128::from(g).saturating_sub(fits) as u64
-            };
+            let from = self.share_fits_from(room, oldest);
             if from < g {
                 let at = self.after_buckets(j, 0).saturating_add(from);
                 // At j = 0 the request was denied at `r`, so `from > r`; `max` keeps the wait
