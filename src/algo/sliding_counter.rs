@@ -141,7 +141,7 @@ impl CounterRule {
     /// [`CounterRule::judge`] for Strict, Weighted and the fixed window, which a charge's
     /// general loop calls directly (`counter::judge_and_mark`). Always inlined with the
     /// searches of a denial: left to the compiler, the judgement and the searches were called
-    /// out of line, each tail through a closure (a denied Strict check 412 → 468 instructions).
+    /// out of line, each tail through a closure (`check_denied`).
     #[inline(always)]
     pub(crate) fn judge_unmarked(
         &self,

@@ -8,10 +8,11 @@
 //! atomic accesses either way. The general loop first tries the common denial on those loads
 //! ([`deny_fast`]: a flood's, whose `retry_after` and `reset_after` follow from the window's
 //! first, second and last tails), so that a flood of denials costs a few loads more than an
-//! admission rather than the general reading and its searches. The limiters call them without going through the state's
-//! dispatch, through which the check stopped being inlined: the direct limiter calls the two
-//! itself, keeping the fast path inline and the loop out of line; the keyed limiter calls
-//! [`charge`]. Peeks and reservations go through [`decide`].
+//! admission rather than the general reading and its searches. The limiters call them
+//! without going through the state's dispatch, through which the check stopped being
+//! inlined: the direct limiter calls the two itself, keeping the fast path inline and the
+//! loop out of line; the keyed limiter calls [`charge`]. Peeks and reservations go through
+//! [`decide`].
 
 use crate::algo::Op;
 use crate::algo::sliding_counter::CounterRule;
@@ -65,8 +66,8 @@ pub(crate) fn charge_fast(
 /// conditions, then `front` re-checked). A denial writes nothing, so it is returned as
 /// judged. `None`, having written nothing, for anything else: the general loop judges it
 /// from the same loads. Out of line and called by the general loop, not by [`charge_fast`]:
-/// a call there made the inlined admission build the reading in memory (a direct allowed
-/// check 96 → 132 instructions).
+/// a call there made the inlined admission build the reading in memory, a third more
+/// instructions for every allowed check (`check_allowed`).
 #[inline(never)]
 fn deny_fast(ring: &Ring<'_>, loads: Loads, rule: &CounterRule, n: u64) -> Option<Decision> {
     let fast = ring.fast_from(rule.granularity, loads)?;
