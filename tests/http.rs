@@ -1,5 +1,6 @@
-//! The HTTP layer against real axum servers on free loopback ports, through a real client
-//! (reqwest). Limiters read a `ManualClock`, so time moves only when a test says.
+//! The HTTP layer against real axum servers, a hyper service and a tonic server on free
+//! loopback ports, through a real client (reqwest). Limiters read a `ManualClock`, so time
+//! moves only when a test says.
 #![cfg(feature = "axum")]
 
 use std::collections::HashMap;
@@ -767,4 +768,110 @@ async fn an_asynchronous_limiter_is_awaited_and_its_failures_get_the_configured_
         2
     );
     server.stop().await;
+}
+
+/// The same limit through `layer` over a hyper or tonic server at `url`: two admitted with
+/// their fields and the inner service's body, then a denial in the layer's default body.
+async fn two_then_denied(url: &str) {
+    let client = reqwest::Client::new();
+    let policy = Some("\"per-ip\";q=2;w=60");
+    for r in [1, 0] {
+        let (s, body) = get_with(&client, url, &[]).await;
+        let limit = format!("\"per-ip\";r={r};t=66");
+        assert_eq!(
+            (s, body.as_str()),
+            (seen(200, policy, Some(&limit), None), "hello")
+        );
+    }
+    let (s, body) = get_with(&client, url, &[]).await;
+    assert_eq!(
+        s,
+        seen(429, policy, Some("\"per-ip\";r=0;t=66"), Some("66"))
+    );
+    assert_eq!(body, PROBLEM);
+}
+
+#[tokio::test]
+async fn a_hyper_service_is_answered_in_its_own_body_type() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use tower::{Layer, ServiceExt};
+
+    // 2 per 60 s in 6 s buckets (Strict): units admitted at t = 0 leave the window at 66 s.
+    let limiter = KeyedLimiter::with_clock(quota(2, 60), ManualClock::new());
+    let layer = RateLimitLayer::new(Policy::new("per-ip", limiter).unwrap().key(ClientIp::new()));
+    let inner = tower::service_fn(|_: http::Request<hyper::body::Incoming>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from("hello"))))
+    });
+    let service = layer.layer(inner);
+    // Its responses are in the inner service's body type, `Full<Bytes>`, not a wrapper.
+    fn answers_in_full_bytes<S>(_: &S)
+    where
+        S: tower::Service<
+                http::Request<hyper::body::Incoming>,
+                Response = http::Response<Full<Bytes>>,
+            >,
+    {
+    }
+    answers_in_full_bytes(&service);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let service = service.clone();
+            // What a hyper server does for ClientIp: the peer address as an extension.
+            let per_request = hyper::service::service_fn(move |mut request| {
+                request.extensions_mut().insert(peer);
+                service.clone().oneshot(request)
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), per_request),
+            );
+        }
+    });
+    two_then_denied(&format!("http://{addr}/")).await;
+    server.abort();
+}
+
+#[cfg(feature = "tonic")]
+#[tokio::test]
+async fn a_tonic_server_is_answered_in_its_own_body_type() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+
+    let limiter = KeyedLimiter::with_clock(quota(2, 60), ManualClock::new());
+    // The peer address as docs/http.md reads it for tonic.
+    let key = ClientIp::new().peer_from(|parts| {
+        parts
+            .extensions
+            .get::<tonic::transport::server::TcpConnectInfo>()?
+            .remote_addr()
+            .map(|a| a.ip())
+    });
+    let layer = RateLimitLayer::new(Policy::new("per-ip", limiter).unwrap().key(key));
+    let inner = tower::service_fn(|_: http::Request<tonic::body::Body>| async {
+        let body = tonic::body::Body::new(Full::new(Bytes::from("hello")));
+        Ok::<_, std::convert::Infallible>(http::Response::new(body))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            // reqwest speaks HTTP/1.1 here; the layer sees the same request either way.
+            .accept_http1(true)
+            .layer(layer)
+            .serve_with_incoming_shutdown(
+                inner,
+                tonic::transport::server::TcpIncoming::from(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    two_then_denied(&format!("http://{addr}/")).await;
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
 }

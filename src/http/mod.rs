@@ -28,6 +28,7 @@
 //! The guide, with the header syntax, the trusted-proxy rules, shadow mode and the metric and
 //! span names, is `docs/http.md` in the repository.
 
+mod body;
 pub mod fields;
 mod forwarded;
 mod headers;
@@ -44,13 +45,13 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{Either, Full};
 use tower_layer::Layer;
 
 use crate::clock::{Clock, QuantaClock};
 use tower_service::Service;
 use tracing::Instrument;
 
+pub use body::DenialBody;
 pub use limiter::{
     All, Checked, Limiter, LimiterError, LocalLimiter, OnMissingKey, Policies, Policy,
     PolicyNameError,
@@ -64,10 +65,6 @@ use telemetry::Metrics;
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
-/// The body of a response from [`RateLimit`]: the inner service's, or the layer's own (a
-/// denial).
-pub type RateLimitBody<B> = Either<B, Full<Bytes>>;
 
 /// What the layer does when its limiter cannot decide (a backend that is down, a cost above
 /// a limit).
@@ -253,7 +250,7 @@ pin_project_lite::pin_project! {
 }
 
 /// A boxed future of a response: a request whose limiter decides asynchronously.
-type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
+type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
 
 pin_project_lite::pin_project! {
     #[project = StateProj]
@@ -265,7 +262,7 @@ pin_project_lite::pin_project! {
             fields: Fields,
         },
         /// Decided at once and answered by the layer.
-        Respond { response: Option<Response<Full<Bytes>>> },
+        Respond { response: Option<Response<B>> },
         /// Decided by awaiting the limiter.
         Waiting { future: Boxed<B, E> },
     }
@@ -275,20 +272,20 @@ impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<RateLimitBody<B>>, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Inner { future, fields } => {
                 let mut response = core::task::ready!(future.poll(cx))?;
                 fields.take().add_to(response.headers_mut());
-                Poll::Ready(Ok(response.map(Either::Left)))
+                Poll::Ready(Ok(response))
             }
             StateProj::Respond { response } => {
                 let response = response
                     .take()
                     .expect("ResponseFuture polled after completion");
-                Poll::Ready(Ok(response.map(Either::Right)))
+                Poll::Ready(Ok(response))
             }
             StateProj::Waiting { future } => future.as_mut().poll(cx),
         }
@@ -307,8 +304,9 @@ where
     S::Future: Send + 'static,
     P: Policies,
     ReqBody: Send + 'static,
+    ResBody: DenialBody,
 {
-    type Response = Response<RateLimitBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -371,11 +369,11 @@ where
                 .latency(shared.clock.now().0.saturating_sub(start.0));
             let fields = match outcome {
                 Outcome::Pass(fields) => fields,
-                Outcome::Respond(response) => return Ok(response.map(Either::Right)),
+                Outcome::Respond(response) => return Ok(response.map(ResBody::from_bytes)),
             };
             let mut response = inner.call(Request::from_parts(parts, body)).await?;
             fields.add_to(response.headers_mut());
-            Ok(response.map(Either::Left))
+            Ok(response)
         };
         ResponseFuture {
             state: State::Waiting {
@@ -396,6 +394,7 @@ impl<S, P> RateLimit<S, P> {
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        ResBody: DenialBody,
     {
         let state = match outcome {
             Outcome::Pass(fields) => State::Inner {
@@ -403,7 +402,7 @@ impl<S, P> RateLimit<S, P> {
                 fields,
             },
             Outcome::Respond(response) => State::Respond {
-                response: Some(response),
+                response: Some(response.map(ResBody::from_bytes)),
             },
         };
         ResponseFuture { state }
@@ -415,7 +414,7 @@ enum Outcome {
     /// Pass it on, adding these fields to the response.
     Pass(Fields),
     /// Answer it with this response instead.
-    Respond(Response<Full<Bytes>>),
+    Respond(Response<Bytes>),
 }
 
 /// The rate-limit header fields of one response (`Retry-After`, on denials only, is added
@@ -494,7 +493,7 @@ impl<P: Policies> Shared<P> {
             policy: Arc::clone(name),
             retry_after: verdict.retry_after,
         };
-        let mut response = (self.denial)(&denial).map(Full::new);
+        let mut response = (self.denial)(&denial);
         let map = response.headers_mut();
         map.reserve(3);
         self.fields(metas, &verdict).add_to(map);
@@ -561,8 +560,8 @@ impl<P: Policies> Shared<P> {
     }
 }
 
-fn status_only(status: StatusCode) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::new()));
+fn status_only(status: StatusCode) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
     *response.status_mut() = status;
     response
 }
