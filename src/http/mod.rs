@@ -47,7 +47,7 @@ use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 
-use crate::clock::{Clock, QuantaClock};
+use crate::clock::{Clock, Nanos, QuantaClock};
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -278,7 +278,9 @@ where
         match self.project().state.project() {
             StateProj::Inner { future, fields } => {
                 let mut response = core::task::ready!(future.poll(cx))?;
-                fields.take().add_to(response.headers_mut());
+                if !fields.is_empty() {
+                    fields.take().add_to(response.headers_mut());
+                }
                 Poll::Ready(Ok(response))
             }
             StateProj::Respond { response } => {
@@ -321,34 +323,30 @@ where
         // Only a subscriber that records the span gets one: a disabled span still costs its
         // `log` fallback (tracing's `log` feature, which axum's defaults turn on) a tenth of
         // the layer's time per request.
-        let span = if tracing::span_enabled!(target: telemetry::TARGET, tracing::Level::DEBUG) {
-            tracing::debug_span!(
-                target: telemetry::TARGET,
-                "rate_limit",
-                layer = &*shared.metrics.layer
-            )
-        } else {
-            tracing::Span::none()
-        };
-        let entered = span.enter();
+        // Not even a disabled span otherwise: creating, entering and dropping one is work for
+        // every request.
+        let span =
+            tracing::span_enabled!(target: telemetry::TARGET, tracing::Level::DEBUG).then(|| {
+                tracing::debug_span!(
+                    target: telemetry::TARGET,
+                    "rate_limit",
+                    layer = &*shared.metrics.layer
+                )
+            });
+        let entered = span.as_ref().map(tracing::Span::enter);
         let keys = match shared.extract(&parts) {
             Ok(keys) => keys,
             Err(status) => {
                 drop(entered);
-                shared
-                    .metrics
-                    .latency(shared.clock.now().0.saturating_sub(start.0));
+                shared.metrics.latency(shared.since(start));
                 return self.finish(Outcome::Respond(status_only(status)), parts, body);
             }
         };
         let fields = shared.headers_on_allowed;
         // In-process limiters decide at once: no future is allocated for the request.
         if let Some(verdict) = shared.policies.check_now(&keys, shared.cost, fields) {
-            let outcome = shared.conclude(verdict);
+            let outcome = shared.conclude(verdict, start);
             drop(entered);
-            shared
-                .metrics
-                .latency(shared.clock.now().0.saturating_sub(start.0));
             return self.finish(outcome, parts, body);
         }
         drop(entered);
@@ -361,12 +359,9 @@ where
             let verdict = shared
                 .policies
                 .check(&keys, shared.cost, fields)
-                .instrument(span)
+                .instrument(span.unwrap_or_else(tracing::Span::none))
                 .await;
-            let outcome = shared.conclude(verdict);
-            shared
-                .metrics
-                .latency(shared.clock.now().0.saturating_sub(start.0));
+            let outcome = shared.conclude(verdict, start);
             let fields = match outcome {
                 Outcome::Pass(fields) => fields,
                 Outcome::Respond(response) => return Ok(response.map(ResBody::from_bytes)),
@@ -430,8 +425,13 @@ impl Fields {
         core::mem::take(self)
     }
 
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.policy.is_none() && self.limit.is_none()
+    }
+
     fn add_to(self, headers: &mut HeaderMap) {
-        if self.policy.is_none() && self.limit.is_none() {
+        if self.is_empty() {
             return;
         }
         // One growth of the map at most, not one per field.
@@ -458,17 +458,20 @@ impl<P: Policies> Shared<P> {
         keys.map_err(|refused| refused.status)
     }
 
-    /// What to do with a request, given its policies' verdict.
-    fn conclude(&self, verdict: Result<Verdict, LimiterError>) -> Outcome {
+    /// What to do with a request, given its policies' verdict; records the request's
+    /// metrics, with the time since `start` as the decision's latency.
+    fn conclude(&self, verdict: Result<Verdict, LimiterError>, start: Nanos) -> Outcome {
         let verdict = match verdict {
             Ok(verdict) => verdict,
             Err(error) => {
                 telemetry::limiter_failed(&self.metrics.layer, &error);
                 self.metrics.degraded_limiter();
-                return match self.on_limiter_error {
+                let outcome = match self.on_limiter_error {
                     OnLimiterError::Allow => Outcome::Pass(Fields::default()),
                     OnLimiterError::Deny(status) => Outcome::Respond(status_only(status)),
                 };
+                self.metrics.latency(self.since(start));
+                return outcome;
             }
         };
         if verdict.degraded {
@@ -476,29 +479,38 @@ impl<P: Policies> Shared<P> {
         }
         let metas = self.policies.metas();
         let Some(bound) = verdict.denied_by else {
-            self.metrics.allowed();
-            return Outcome::Pass(if self.headers_on_allowed {
+            let fields = if self.headers_on_allowed {
                 self.fields(metas, &verdict)
             } else {
                 Fields::default()
-            });
+            };
+            self.metrics.allowed(self.since(start));
+            return Outcome::Pass(fields);
         };
         let name = &metas[bound].name;
         telemetry::denied(&self.metrics.layer, name, verdict.retry_after, self.shadow);
         self.metrics.denied(bound, self.shadow);
-        if self.shadow {
-            return Outcome::Pass(self.fields(metas, &verdict));
-        }
-        let denial = Denial {
-            policy: Arc::clone(name),
-            retry_after: verdict.retry_after,
+        let outcome = if self.shadow {
+            Outcome::Pass(self.fields(metas, &verdict))
+        } else {
+            let denial = Denial {
+                policy: Arc::clone(name),
+                retry_after: verdict.retry_after,
+            };
+            let mut response = (self.denial)(&denial);
+            let map = response.headers_mut();
+            map.reserve(3);
+            self.fields(metas, &verdict).add_to(map);
+            map.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after));
+            Outcome::Respond(response)
         };
-        let mut response = (self.denial)(&denial);
-        let map = response.headers_mut();
-        map.reserve(3);
-        self.fields(metas, &verdict).add_to(map);
-        map.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after));
-        Outcome::Respond(response)
+        self.metrics.latency(self.since(start));
+        outcome
+    }
+
+    /// Nanoseconds from `start` to now, on the layer's clock.
+    fn since(&self, start: Nanos) -> u64 {
+        self.clock.now().0.saturating_sub(start.0)
     }
 
     /// The header fields for `verdict`: every policy the request was checked against in

@@ -78,8 +78,13 @@ impl Metrics {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
     }
 
-    pub(crate) fn allowed(&self) {
-        Self::count(&self.allowed);
+    /// An admitted request, decided in `nanos`: both metrics in one visit to the recorder.
+    pub(crate) fn allowed(&self, nanos: u64) {
+        metrics::with_recorder(|r| {
+            r.register_counter(&self.allowed, &METADATA).increment(1);
+            r.register_histogram(&self.latency, &METADATA)
+                .record(Duration::from_nanos(nanos).as_secs_f64());
+        });
     }
 
     pub(crate) fn denied(&self, policy: usize, shadow: bool) {
