@@ -13,7 +13,7 @@ use axum::routing::get;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use reqwest::header::HeaderMap;
 use slidegate::clock::ManualClock;
-use slidegate::http::key::{ClientIp, FromFn, Header, ProxyHeader};
+use slidegate::http::key::{ClientIp, FromFn, Header, ProxyHeader, RequestHead};
 use slidegate::http::{All, OnLimiterError, OnMissingKey, Policy, RateLimitLayer};
 use slidegate::{KeyedLimiter, Quota, SlidingWindow};
 use tokio::net::TcpListener;
@@ -564,8 +564,8 @@ async fn a_missing_peer_address_gets_the_configured_outcome() {
 #[tokio::test]
 async fn a_panicking_extractor_gets_the_configured_outcome() {
     let boom = || {
-        FromFn::new(|parts: &http::request::Parts| {
-            if parts.headers.contains_key("x-boom") {
+        FromFn::new(|head: &RequestHead<'_>| {
+            if head.headers.contains_key("x-boom") {
                 panic!("extractor failure (expected by the test)");
             }
             Some(1u8)
@@ -843,9 +843,8 @@ async fn a_tonic_server_is_answered_in_its_own_body_type() {
 
     let limiter = KeyedLimiter::with_clock(quota(2, 60), ManualClock::new());
     // The peer address as docs/http.md reads it for tonic.
-    let key = ClientIp::new().peer_from(|parts| {
-        parts
-            .extensions
+    let key = ClientIp::new().peer_from(|head| {
+        head.extensions
             .get::<tonic::transport::server::TcpConnectInfo>()?
             .remote_addr()
             .map(|a| a.ip())

@@ -39,7 +39,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use criterion::{BenchmarkId, Criterion};
 use http::{HeaderName, HeaderValue, Request};
-use slidegate::http::key::{ClientIp, KeyExtractor, ProxyHeader, parse_proxy_entry};
+use slidegate::http::key::{ClientIp, KeyExtractor, ProxyHeader, RequestHead, parse_proxy_entry};
 use slidegate::http::{Policy, RateLimitLayer};
 use slidegate::{KeyedLimiter, Quota};
 use tower::{Service, ServiceExt};
@@ -248,7 +248,7 @@ fn floor(c: &mut Criterion) {
     group.bench_function("key/slidegate", |b| {
         b.iter(|| {
             i = (i + 1) % parts.len();
-            black_box(key.extract(&parts[i]).ok())
+            black_box(key.extract(&RequestHead::from(&parts[i])).ok())
         });
     });
     group.bench_function("key/tower_governor", |b| {

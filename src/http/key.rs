@@ -14,11 +14,58 @@ use core::marker::PhantomData;
 use core::net::{IpAddr, SocketAddr};
 
 use http::request::Parts;
-use http::{HeaderName, HeaderValue};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 use ipnet::IpNet;
 
 pub use crate::http::forwarded::ProxyHeader;
 use crate::http::forwarded::{self, TrustedProxies};
+
+/// A request's head, borrowed from the request: what a key is extracted from.
+///
+/// The layer hands its extractors the request in place, through this view, so that the
+/// request's head is not moved out of it and back for them. Its fields are named as those of
+/// [`http::request::Parts`], so code written against `&Parts` reads the same
+/// (`head.headers.get(..)`, `head.extensions.get::<T>()`); `From` makes one from a `&Request`
+/// or a `&Parts`.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct RequestHead<'a> {
+    /// The request's method.
+    pub method: &'a Method,
+    /// The request's URI.
+    pub uri: &'a Uri,
+    /// The request's HTTP version.
+    pub version: Version,
+    /// The request's header fields.
+    pub headers: &'a HeaderMap,
+    /// The request's extensions (axum's `ConnectInfo`, an authenticated user).
+    pub extensions: &'a Extensions,
+}
+
+impl<'a, B> From<&'a Request<B>> for RequestHead<'a> {
+    #[inline]
+    fn from(request: &'a Request<B>) -> Self {
+        RequestHead {
+            method: request.method(),
+            uri: request.uri(),
+            version: request.version(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+        }
+    }
+}
+
+impl<'a> From<&'a Parts> for RequestHead<'a> {
+    fn from(parts: &'a Parts) -> Self {
+        RequestHead {
+            method: &parts.method,
+            uri: &parts.uri,
+            version: parts.version,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+}
 
 /// Extracts a rate-limit key from a request's head.
 ///
@@ -29,8 +76,8 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// The key.
     type Key: Send + Sync + 'static;
 
-    /// The key of the request whose head is `parts`.
-    fn extract(&self, parts: &Parts) -> Result<Self::Key, KeyError>;
+    /// The key of the request whose head is `head`.
+    fn extract(&self, head: &RequestHead<'_>) -> Result<Self::Key, KeyError>;
 }
 
 /// Why no key could be extracted.
@@ -65,13 +112,13 @@ pub struct Global;
 impl KeyExtractor for Global {
     type Key = ();
 
-    fn extract(&self, _: &Parts) -> Result<(), KeyError> {
+    fn extract(&self, _: &RequestHead<'_>) -> Result<(), KeyError> {
         Ok(())
     }
 }
 
 /// Where a [`ClientIp`] reads the peer address.
-type PeerFn = dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync;
+type PeerFn = dyn Fn(&RequestHead<'_>) -> Option<IpAddr> + Send + Sync;
 
 /// The client's IP address: the peer, or behind trusted proxies the client they report.
 ///
@@ -161,24 +208,24 @@ impl ClientIp {
     /// Reads the peer address with `f` instead (say, from tonic's `TcpConnectInfo`).
     pub fn peer_from(
         mut self,
-        f: impl Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
+        f: impl Fn(&RequestHead<'_>) -> Option<IpAddr> + Send + Sync + 'static,
     ) -> Self {
         self.peer = Some(std::sync::Arc::new(f));
         self
     }
 
-    fn peer(&self, parts: &Parts) -> Option<IpAddr> {
+    fn peer(&self, head: &RequestHead<'_>) -> Option<IpAddr> {
         if let Some(f) = &self.peer {
-            return f(parts);
+            return f(head);
         }
         #[cfg(feature = "axum")]
-        if let Some(info) = parts
+        if let Some(info) = head
             .extensions
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
         {
             return Some(info.0.ip());
         }
-        parts.extensions.get::<SocketAddr>().map(SocketAddr::ip)
+        head.extensions.get::<SocketAddr>().map(SocketAddr::ip)
     }
 }
 
@@ -203,9 +250,9 @@ impl fmt::Debug for ClientIp {
 impl KeyExtractor for ClientIp {
     type Key = IpAddr;
 
-    fn extract(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        let peer = self.peer(parts).ok_or(KeyError::NoPeerAddress)?;
-        let client = forwarded::client_address(peer, &parts.headers, self.header, &self.trusted);
+    fn extract(&self, head: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
+        let peer = self.peer(head).ok_or(KeyError::NoPeerAddress)?;
+        let client = forwarded::client_address(peer, head.headers, self.header, &self.trusted);
         Ok(forwarded::prefix(
             client,
             self.ipv4_prefix,
@@ -244,9 +291,8 @@ impl Header {
 impl KeyExtractor for Header {
     type Key = HeaderValue;
 
-    fn extract(&self, parts: &Parts) -> Result<HeaderValue, KeyError> {
-        parts
-            .headers
+    fn extract(&self, head: &RequestHead<'_>) -> Result<HeaderValue, KeyError> {
+        head.headers
             .get(&self.0)
             .cloned()
             .ok_or_else(|| KeyError::MissingHeader(self.0.clone()))
@@ -284,9 +330,8 @@ impl<T> fmt::Debug for Extension<T> {
 impl<T: Clone + Send + Sync + 'static> KeyExtractor for Extension<T> {
     type Key = T;
 
-    fn extract(&self, parts: &Parts) -> Result<T, KeyError> {
-        parts
-            .extensions
+    fn extract(&self, head: &RequestHead<'_>) -> Result<T, KeyError> {
+        head.extensions
             .get::<T>()
             .cloned()
             .ok_or(KeyError::MissingExtension(core::any::type_name::<T>()))
@@ -311,23 +356,23 @@ impl<X> Route<X> {
 impl<X: KeyExtractor> KeyExtractor for Route<X> {
     type Key = (String, X::Key);
 
-    fn extract(&self, parts: &Parts) -> Result<Self::Key, KeyError> {
+    fn extract(&self, head: &RequestHead<'_>) -> Result<Self::Key, KeyError> {
         #[cfg(feature = "axum")]
-        if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
-            return Ok((matched.as_str().to_owned(), self.0.extract(parts)?));
+        if let Some(matched) = head.extensions.get::<axum::extract::MatchedPath>() {
+            return Ok((matched.as_str().to_owned(), self.0.extract(head)?));
         }
-        Ok((parts.uri.path().to_owned(), self.0.extract(parts)?))
+        Ok((head.uri.path().to_owned(), self.0.extract(head)?))
     }
 }
 
 /// A key from a closure over the request's head; `None` is a missing key.
 ///
 /// ```
-/// use slidegate::http::key::FromFn;
+/// use slidegate::http::key::{FromFn, RequestHead};
 ///
 /// // The tenant, from the host name: `acme.example.com` → "acme".
-/// let tenant = FromFn::new(|parts: &http::request::Parts| {
-///     let host = parts.headers.get(http::header::HOST)?.to_str().ok()?;
+/// let tenant = FromFn::new(|head: &RequestHead<'_>| {
+///     let host = head.headers.get(http::header::HOST)?.to_str().ok()?;
 ///     Some(host.split('.').next()?.to_owned())
 /// });
 /// ```
@@ -348,13 +393,13 @@ impl<F> fmt::Debug for FromFn<F> {
 
 impl<F, K> KeyExtractor for FromFn<F>
 where
-    F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Option<K> + Send + Sync + 'static,
     K: Send + Sync + 'static,
 {
     type Key = K;
 
-    fn extract(&self, parts: &Parts) -> Result<K, KeyError> {
-        (self.0)(parts).ok_or(KeyError::NotFound)
+    fn extract(&self, head: &RequestHead<'_>) -> Result<K, KeyError> {
+        (self.0)(head).ok_or(KeyError::NotFound)
     }
 }
 
@@ -382,11 +427,14 @@ mod tests {
             &[("x-forwarded-for", "203.0.113.9")],
         );
         assert_eq!(
-            ClientIp::new().extract(&p),
+            ClientIp::new().extract(&(&p).into()),
             Ok("198.51.100.1".parse().unwrap())
         );
         let p = parts(None, &[]);
-        assert_eq!(ClientIp::new().extract(&p), Err(KeyError::NoPeerAddress));
+        assert_eq!(
+            ClientIp::new().extract(&(&p).into()),
+            Err(KeyError::NoPeerAddress)
+        );
     }
 
     #[test]
@@ -398,9 +446,12 @@ mod tests {
             Some("127.0.0.1:1"),
             &[("forwarded", "for=\"[2001:db8::7:1]:80\"")],
         );
-        assert_eq!(key.extract(&p), Ok("2001:db8::".parse().unwrap()));
+        assert_eq!(key.extract(&(&p).into()), Ok("2001:db8::".parse().unwrap()));
         let key = key.ipv6_prefix(128);
-        assert_eq!(key.extract(&p), Ok("2001:db8::7:1".parse().unwrap()));
+        assert_eq!(
+            key.extract(&(&p).into()),
+            Ok("2001:db8::7:1".parse().unwrap())
+        );
         assert_eq!(
             ClientIp::new()
                 .behind_proxies(ProxyHeader::Forwarded, ["10.0.0.0/33"])
@@ -413,24 +464,27 @@ mod tests {
     fn header_extension_route_closure() {
         let mut p = parts(None, &[("x-api-key", "k1")]);
         assert_eq!(
-            Header::new("x-api-key").extract(&p),
+            Header::new("x-api-key").extract(&(&p).into()),
             Ok(HeaderValue::from_static("k1"))
         );
         assert_eq!(
-            Header::new("x-other").extract(&p),
+            Header::new("x-other").extract(&(&p).into()),
             Err(KeyError::MissingHeader(HeaderName::from_static("x-other")))
         );
         assert!(matches!(
-            Extension::<u32>::new().extract(&p),
+            Extension::<u32>::new().extract(&(&p).into()),
             Err(KeyError::MissingExtension(_))
         ));
         p.extensions.insert(7u32);
-        assert_eq!(Extension::<u32>::new().extract(&p), Ok(7));
-        assert_eq!(Route::new(Global).extract(&p), Ok(("/".to_owned(), ())));
-        let f = FromFn::new(|p: &Parts| p.headers.get("x-api-key").map(|v| v.len()));
-        assert_eq!(f.extract(&p), Ok(2));
+        assert_eq!(Extension::<u32>::new().extract(&(&p).into()), Ok(7));
         assert_eq!(
-            FromFn::new(|_: &Parts| None::<u8>).extract(&p),
+            Route::new(Global).extract(&(&p).into()),
+            Ok(("/".to_owned(), ()))
+        );
+        let f = FromFn::new(|h: &RequestHead<'_>| h.headers.get("x-api-key").map(|v| v.len()));
+        assert_eq!(f.extract(&(&p).into()), Ok(2));
+        assert_eq!(
+            FromFn::new(|_: &RequestHead<'_>| None::<u8>).extract(&(&p).into()),
             Err(KeyError::NotFound)
         );
     }

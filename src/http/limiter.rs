@@ -7,11 +7,10 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use http::StatusCode;
-use http::request::Parts;
 
 use crate::clock::Clock;
 use crate::http::headers::sf_string;
-use crate::http::key::{Global, KeyError, KeyExtractor};
+use crate::http::key::{Global, KeyError, KeyExtractor, RequestHead};
 use crate::{CostError, Decision, KeyedLimiter, Limit, Quota, SlidingWindow, check_all};
 
 /// A limiter the HTTP layer can enforce: one decision per key and cost, awaited.
@@ -293,7 +292,11 @@ pub(crate) mod sealed {
     pub trait Tuple: Send + Sync + 'static {
         type Keys: Send + Sync + 'static;
         fn metas(&self) -> Vec<Meta>;
-        fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused>;
+        fn extract(
+            &self,
+            head: &RequestHead<'_>,
+            degraded: &mut Vec<usize>,
+        ) -> Result<Self::Keys, Refused>;
         fn decide(
             &self,
             keys: &Self::Keys,
@@ -310,7 +313,11 @@ pub(crate) mod sealed {
         /// The policies, in order.
         fn metas(&self) -> &[Meta];
         /// Extracts every policy's key; `Err` when a policy's missing key denies the request.
-        fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused>;
+        fn extract(
+            &self,
+            head: &RequestHead<'_>,
+            degraded: &mut Vec<usize>,
+        ) -> Result<Self::Keys, Refused>;
         /// The verdict now, if every limiter can give it without waiting. With `fields`
         /// false, an admitted request's verdict carries no reports (no header fields will be
         /// written for it, so the quotas and partition keys are not looked up).
@@ -434,12 +441,12 @@ impl<L: Limiter, X> Policy<L, X> {
         &self.limiter
     }
 
-    /// The extractor's key for `parts` after the missing-key outcome: `Ok(None)` when the
+    /// The extractor's key for `head` after the missing-key outcome: `Ok(None)` when the
     /// policy lets the request pass unkeyed.
     fn extract_key(
         &self,
         index: usize,
-        parts: &Parts,
+        head: &RequestHead<'_>,
         degraded: &mut Vec<usize>,
     ) -> Result<Option<L::Key>, Refused>
     where
@@ -449,7 +456,7 @@ impl<L: Limiter, X> Policy<L, X> {
         // An extractor is the caller's code: a panic in it is a missing key, not a dropped
         // connection.
         let extracted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.extractor.extract(parts)
+            self.extractor.extract(head)
         }));
         let error = match extracted {
             Ok(Ok(key)) => return Ok(Some(key)),
@@ -518,8 +525,12 @@ where
         &self.meta
     }
 
-    fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused> {
-        self.extract_key(0, parts, degraded)
+    fn extract(
+        &self,
+        head: &RequestHead<'_>,
+        degraded: &mut Vec<usize>,
+    ) -> Result<Self::Keys, Refused> {
+        self.extract_key(0, head, degraded)
     }
 
     fn check_now(
@@ -596,8 +607,12 @@ impl<T: sealed::Tuple> sealed::Enforce for All<T> {
         &self.metas
     }
 
-    fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused> {
-        self.policies.extract(parts, degraded)
+    fn extract(
+        &self,
+        head: &RequestHead<'_>,
+        degraded: &mut Vec<usize>,
+    ) -> Result<Self::Keys, Refused> {
+        self.policies.extract(head, degraded)
     }
 
     fn check_now(
@@ -633,8 +648,8 @@ macro_rules! all_of {
                 vec![$(self.$i.meta[0].clone()),+]
             }
 
-            fn extract(&self, parts: &Parts, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused> {
-                Ok(($(self.$i.extract_key($i, parts, degraded)?,)+))
+            fn extract(&self, head: &RequestHead<'_>, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused> {
+                Ok(($(self.$i.extract_key($i, head, degraded)?,)+))
             }
 
             fn decide(&self, keys: &Self::Keys, cost: u64, len: usize, fields: bool) -> Result<Verdict, LimiterError> {

@@ -58,6 +58,7 @@ pub use limiter::{
 };
 
 use headers::FieldBuf;
+use key::RequestHead;
 use limiter::{Meta, Verdict};
 use telemetry::Metrics;
 
@@ -317,7 +318,6 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = req.into_parts();
         let start = self.shared.clock.now();
         let shared = &*self.shared;
         // Only a subscriber that records the span gets one: a disabled span still costs its
@@ -334,12 +334,14 @@ where
                 )
             });
         let entered = span.as_ref().map(tracing::Span::enter);
-        let keys = match shared.extract(&parts) {
+        // The request is read in place and passed on whole: its head is not moved out and
+        // back.
+        let keys = match shared.extract(&RequestHead::from(&req)) {
             Ok(keys) => keys,
             Err(status) => {
                 drop(entered);
                 shared.metrics.latency(shared.since(start));
-                return self.finish(Outcome::Respond(status_only(status)), parts, body);
+                return respond(status_only(status));
             }
         };
         let fields = shared.headers_on_allowed;
@@ -347,7 +349,14 @@ where
         if let Some(verdict) = shared.policies.check_now(&keys, shared.cost, fields) {
             let outcome = shared.conclude(verdict, start);
             drop(entered);
-            return self.finish(outcome, parts, body);
+            let fields = match outcome {
+                Outcome::Pass(fields) => fields,
+                Outcome::Respond(response) => return respond(response),
+            };
+            let future = self.inner.call(req);
+            return ResponseFuture {
+                state: State::Inner { future, fields },
+            };
         }
         drop(entered);
         // The service that was polled ready answers this request; a fresh clone takes its
@@ -366,7 +375,7 @@ where
                 Outcome::Pass(fields) => fields,
                 Outcome::Respond(response) => return Ok(response.map(ResBody::from_bytes)),
             };
-            let mut response = inner.call(Request::from_parts(parts, body)).await?;
+            let mut response = inner.call(req).await?;
             fields.add_to(response.headers_mut());
             Ok(response)
         };
@@ -378,29 +387,12 @@ where
     }
 }
 
-impl<S, P> RateLimit<S, P> {
-    /// The response future for a request decided at once.
-    #[inline(always)]
-    fn finish<ReqBody, ResBody>(
-        &mut self,
-        outcome: Outcome,
-        parts: http::request::Parts,
-        body: ReqBody,
-    ) -> ResponseFuture<S::Future, ResBody, S::Error>
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-        ResBody: DenialBody,
-    {
-        let state = match outcome {
-            Outcome::Pass(fields) => State::Inner {
-                future: self.inner.call(Request::from_parts(parts, body)),
-                fields,
-            },
-            Outcome::Respond(response) => State::Respond {
-                response: Some(response.map(ResBody::from_bytes)),
-            },
-        };
-        ResponseFuture { state }
+/// The response future of a request the layer answers itself.
+fn respond<F, B: DenialBody, E>(response: Response<Bytes>) -> ResponseFuture<F, B, E> {
+    ResponseFuture {
+        state: State::Respond {
+            response: Some(response.map(B::from_bytes)),
+        },
     }
 }
 
@@ -449,9 +441,9 @@ impl Fields {
 
 impl<P: Policies> Shared<P> {
     /// Every policy's key, or the status for a request a missing key denies.
-    fn extract(&self, parts: &http::request::Parts) -> Result<P::Keys, StatusCode> {
+    fn extract(&self, head: &RequestHead<'_>) -> Result<P::Keys, StatusCode> {
         let mut degraded = Vec::new();
-        let keys = self.policies.extract(parts, &mut degraded);
+        let keys = self.policies.extract(head, &mut degraded);
         if !degraded.is_empty() {
             self.metrics.degraded_key();
         }
