@@ -12,8 +12,13 @@
 # ENDPOINTS chooses among them. COUNT=handler counts only inside the endpoint's handler (the
 # body read and parsed, the decision, the answer built; not the connection's reading and
 # writing): a figure that does not move with how often the idle server parks between
-# requests, which moves the whole server's count by a thousand or two per request. SLIDEGATE
-# names a `slidegate` binary to measure instead of this tree's (another build, to compare).
+# requests, which moves the whole server's count by a thousand or two per request.
+# COUNT=connection (HTTP/JSON only) counts inside hyper's connection driver: the request read
+# and parsed, the handler, the answer's head and body written, the allocator's work wherever
+# it falls, but not the runtime's parking; it does not move either, and it sees what the
+# handler's count cannot (hyper writing a longer answer, a change in where memory is freed).
+# SLIDEGATE names a `slidegate` binary to measure instead of this tree's (another build, to
+# compare).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 small=${SMALL:-2000}
@@ -55,6 +60,12 @@ instructions() {
             http-noop) toggle=(--toggle-collect='*axum::handler::Handler<(M,T1),S>>::call::*') ;;
             grpc-decide) toggle=(--toggle-collect='*grpc::Service as*should_rate_limit::*') ;;
             grpc-noop) toggle=(--toggle-collect='*grpc::NoopService as*should_rate_limit::*') ;;
+        esac
+    elif [ "${COUNT:-}" = connection ]; then
+        case $name in
+            # hyper's HTTP/1 connection driver: the request read and parsed, the handler,
+            # the answer written; not the runtime's parking in between.
+            http-*) toggle=(--toggle-collect='*h1::dispatch::Dispatcher<D,Bs,I,T>::poll_catch') ;;
         esac
     fi
     valgrind --tool=callgrind "${toggle[@]}" --callgrind-out-file="$out/$name.$n.out" \

@@ -104,6 +104,9 @@ pub(crate) struct RuleSet {
     domains: rules::Map<String, rules::Level>,
     key_default: Vec<usize>,
     key_overrides: rules::Map<String, Vec<usize>>,
+    /// Whether a rule `replaces` others (Envoy's YAML), which every descriptor request then
+    /// looks for.
+    replacing: bool,
     /// Rules made for descriptors that carry their own limit (Envoy's `limit` override), by
     /// (limit, window in seconds); kept across reloads.
     overrides: Arc<Mutex<Overrides>>,
@@ -376,6 +379,7 @@ impl RuleSet {
             rules.push(Rule::new(r, kept, backend)?);
         }
         Ok(RuleSet {
+            replacing: rules.iter().any(|r| !r.spec.replaces.is_empty()),
             rules,
             domains: spec.domains,
             key_default: spec.key_default,
@@ -490,11 +494,15 @@ impl RuleSet {
                     items.push(Status::new(which, key));
                 }
                 // Envoy's `replaces`: a matched rule switches off the rules it names.
-                let replaced: Vec<String> = items
-                    .iter()
-                    .filter_map(|s| s.which.as_ref())
-                    .flat_map(|w| w.get(self).spec.replaces.iter().cloned())
-                    .collect();
+                let replaced: Vec<String> = if self.replacing {
+                    items
+                        .iter()
+                        .filter_map(|s| s.which.as_ref())
+                        .flat_map(|w| w.get(self).spec.replaces.iter().cloned())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 if !replaced.is_empty() {
                     for Status { which: w, .. } in &mut items {
                         if w.as_ref()
@@ -692,8 +700,11 @@ fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
     let mut key = String::with_capacity(len);
     key.push('d');
     let mut push = |s: &str| {
-        // itoa, not `write!`: through `fmt` the lengths cost a tenth of a decision.
-        key.push_str(itoa::Buffer::new().format(s.len()));
+        // One digit, or itoa: through `fmt` the lengths cost a tenth of a decision.
+        match u8::try_from(s.len()) {
+            Ok(n @ 0..=9) => key.push(char::from(b'0' + n)),
+            _ => key.push_str(itoa::Buffer::new().format(s.len())),
+        }
         key.push(':');
         key.push_str(s);
     };
