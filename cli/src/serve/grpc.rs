@@ -2,7 +2,7 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
@@ -138,7 +138,7 @@ impl RateLimitService for Service {
         &self,
         req: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
+        let started = self.metrics.start();
         let r = req.get_ref();
         let (result, answer) = match request(r) {
             Err(e) => (Err(invalid(e)), Answer::Invalid),
@@ -165,7 +165,7 @@ impl RateLimitService for Service {
                 }
             }
         };
-        self.metrics.record(answer, started.elapsed());
+        self.metrics.record(answer, started);
         result.map(Response::new)
     }
 }

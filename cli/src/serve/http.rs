@@ -2,9 +2,10 @@
 //! `GET /metrics`, `GET /healthz`, `GET /readyz`. docs/serve.md describes every field.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -15,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
+use slidegate::clock::Nanos;
 use slidegate::http::{RATELIMIT, RATELIMIT_POLICY};
 
 use super::engine::{self, Descriptor, Engine, Invalid, Outcome, RuleSet, StoreError};
@@ -83,8 +85,8 @@ fn json(status: StatusCode, value: &impl Serialize) -> Response {
 }
 
 /// A response of JSON already written.
-fn json_body(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut res = Response::new(Body::from(body));
+fn json_body(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut res = Response::new(body.into());
     *res.status_mut() = status;
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -256,6 +258,24 @@ fn write_reply(out: &mut Vec<u8>, set: &RuleSet, o: &Outcome) {
     out.extend_from_slice(b"]}");
 }
 
+/// The JSON of `o`, in one allocation of its length: written in a per-thread buffer and
+/// copied out, where a `Vec` sized for the widest answer becomes `Bytes` with a second
+/// allocation (its length short of its capacity).
+fn reply(set: &RuleSet, o: &Outcome) -> Bytes {
+    thread_local! {
+        static BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+    }
+    BUFFER.with(|cell| {
+        let mut buf = cell.take();
+        buf.clear();
+        buf.reserve(reply_capacity(set, o));
+        write_reply(&mut buf, set, o);
+        let body = Bytes::copy_from_slice(&buf);
+        cell.set(buf);
+        body
+    })
+}
+
 /// Room for the JSON of `o`, so `write_reply` writes it without growing the buffer.
 fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
     // The widest status less its rule's part: a code, three numbers of at most 20 digits
@@ -320,18 +340,18 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
         Ok(b) => b,
         Err(res) => return res,
     };
-    let started = Instant::now();
+    let started = api.metrics.start();
     let body: CheckBody<'_> = match parse(&bytes) {
         Ok(b) => b,
         Err(res) => {
-            api.metrics.record(Answer::Invalid, started.elapsed());
+            api.metrics.record(Answer::Invalid, started);
             return res;
         }
     };
     let (request, cost) = match body.request() {
         Ok(r) => r,
         Err(e) => {
-            api.metrics.record(Answer::Invalid, started.elapsed());
+            api.metrics.record(Answer::Invalid, started);
             return error(StatusCode::BAD_REQUEST, &e.field, &e.message);
         }
     };
@@ -350,7 +370,7 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
             respond(set, outcome.map_err(Failure::Invalid))
         })
     };
-    api.metrics.record(res.1, started.elapsed());
+    api.metrics.record(res.1, started);
     res.0
 }
 
@@ -367,9 +387,7 @@ fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answe
             } else {
                 StatusCode::TOO_MANY_REQUESTS
             };
-            let mut body = Vec::with_capacity(reply_capacity(set, &o));
-            write_reply(&mut body, set, &o);
-            let mut res = json_body(status, body);
+            let mut res = json_body(status, reply(set, &o));
             let [policy, limit, retry] = o.fields(set);
             let h = res.headers_mut();
             for (name, value) in [
@@ -403,16 +421,16 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
         Ok(b) => b,
         Err(res) => return res,
     };
-    let started = Instant::now();
+    let started = api.metrics.start();
     let body: BatchBody<'_> = match parse(&bytes) {
         Ok(b) => b,
         Err(res) => {
-            api.metrics.record(Answer::Invalid, started.elapsed());
+            api.metrics.record(Answer::Invalid, started);
             return res;
         }
     };
     if body.requests.len() > MAX_BATCH {
-        api.metrics.record(Answer::Invalid, started.elapsed());
+        api.metrics.record(Answer::Invalid, started);
         return error(
             StatusCode::BAD_REQUEST,
             "requests",
@@ -439,11 +457,11 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
                 write_reply(&mut body, &set, o);
             }
             body.extend_from_slice(b"]}");
-            api.metrics.record(Answer::Ok, started.elapsed());
+            api.metrics.record(Answer::Ok, started);
             json_body(StatusCode::OK, body)
         }
         Ok(Err(e)) => {
-            api.metrics.record(Answer::Error, started.elapsed());
+            api.metrics.record(Answer::Error, started);
             store_failed(&e)
         }
         Err((i, e)) => invalid_in_batch(&api, started, i, &e),
@@ -451,8 +469,8 @@ async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
 }
 
 /// A batch with a bad request: nothing decided, a 400 naming the request and its field.
-fn invalid_in_batch(api: &Api, started: Instant, i: usize, e: &Invalid) -> Response {
-    api.metrics.record(Answer::Invalid, started.elapsed());
+fn invalid_in_batch(api: &Api, started: Nanos, i: usize, e: &Invalid) -> Response {
+    api.metrics.record(Answer::Invalid, started);
     error(
         StatusCode::BAD_REQUEST,
         &format!("requests[{i}].{}", e.field),

@@ -2,10 +2,9 @@
 //! Prometheus text format (metrics-exporter-prometheus). Handles are made once (per rule at
 //! load, per API at start), so a request pays an atomic add per counter, not a lookup.
 
-use std::time::Duration;
-
 use metrics::{Counter, Histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use slidegate::clock::{Clock, Nanos, QuantaClock};
 use slidegate::redis::Degraded;
 
 /// Requests answered, by `api` (`http`, `grpc`) and `outcome` (`ok`, `over_limit`,
@@ -97,6 +96,10 @@ pub(crate) enum Answer {
 pub(crate) struct ApiMetrics {
     answers: [Counter; 4],
     seconds: Histogram,
+    /// The time-stamp counter, for the decision's time: a read and a multiply, where
+    /// `Instant::now` and `elapsed` are two system clock reads and a subtraction of
+    /// `timespec`s (about 90 instructions more per request).
+    clock: QuantaClock,
 }
 
 impl ApiMetrics {
@@ -106,12 +109,20 @@ impl ApiMetrics {
         ApiMetrics {
             answers: [c("ok"), c("over_limit"), c("invalid"), c("error")],
             seconds: metrics::histogram!(DECISION_SECONDS, "api" => api),
+            clock: QuantaClock::new(),
         }
     }
 
-    pub(crate) fn record(&self, answer: Answer, took: Duration) {
+    /// When a request's decision starts, for [`ApiMetrics::record`].
+    pub(crate) fn start(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    /// A request answered, its decision started at `started`.
+    pub(crate) fn record(&self, answer: Answer, started: Nanos) {
         self.answers[answer as usize].increment(1);
-        self.seconds.record(took.as_secs_f64());
+        let took = self.clock.now().0.saturating_sub(started.0);
+        self.seconds.record(took as f64 * 1e-9);
     }
 }
 
