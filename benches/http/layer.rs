@@ -47,9 +47,14 @@ use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::{KeyExtractor as _, SmartIpKeyExtractor};
 
-fn routers() -> [(&'static str, Router); 5] {
+/// The routers, slidegate's limiters over a window of `window` seconds (1,000,000 requests a
+/// second of it, at most `MAX_LIMIT`: every request is admitted).
+fn routers(window: u64) -> [(&'static str, Router); 5] {
     let hello = || Router::new().route("/", get(|| async { "hello" }));
-    let quota = Quota::new(1_000_000, Duration::from_secs(1)).unwrap();
+    let limit = 1_000_000u64
+        .saturating_mul(window)
+        .min(slidegate::MAX_LIMIT);
+    let quota = Quota::new(limit, Duration::from_secs(window)).unwrap();
     // Fixed seeds: a random one moves a check's instruction count from run to run.
     let limiter = || {
         KeyedLimiter::builder(quota)
@@ -130,7 +135,7 @@ fn one_request(
 fn bench(c: &mut Criterion) {
     let clients = clients();
     let mut group = c.benchmark_group("http_layer");
-    for (name, router) in routers() {
+    for (name, router) in routers(1) {
         let mut service = served(router);
         let mut cx = Context::from_waker(Waker::noop());
         let mut i = 0;
@@ -144,19 +149,28 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-/// `http_layer loop <router> <requests>`: only that many requests through one router, for
-/// `perf` and `valgrind --tool=callgrind` (instruction counts do not move with the machine's
-/// load). Count with `--toggle-collect=http_layer::sends` (`http_layer::parses`) to leave
-/// the set-up out, whose clock calibration differs from run to run; the difference of two
-/// runs leaves out the first requests' one-time work. `loop ipv4/<parser> <n>` parses `n`
-/// client addresses with one of the `ipv4/…` parsers instead.
-fn bare_loop(name: &str, requests: usize) {
+/// `http_layer loop <router> <requests> [window]`: only that many requests through one
+/// router, for `perf` and `valgrind --tool=callgrind`. Count with
+/// `--toggle-collect=http_layer::sends` (`http_layer::parses`) to leave the set-up out, whose
+/// clock calibration differs from run to run; the difference of two runs leaves out the
+/// first requests' one-time work. `loop ipv4/<parser> <n>` parses `n` client addresses with
+/// one of the `ipv4/…` parsers instead.
+///
+/// `window` is slidegate's window in seconds (default 1, as in the criterion groups). Under
+/// callgrind a key's next request comes some 50 ms later (1,000 keys in turn), so a 1 s
+/// window's 100 ms buckets move on between many of a key's requests, how many depending on
+/// the machine's speed and load: the count then moves from run to run by up to ~120
+/// instructions, and charges the decision with bucket changes it seldom makes at full speed
+/// (a key's next request some 1 µs × 1,000 later). `window` 3600 (360 s buckets) keeps every
+/// key in one bucket for the whole run: the count is the same from run to run, the measure
+/// for comparing two builds of the layer.
+fn bare_loop(name: &str, requests: usize, window: u64) {
     let clients = clients();
     if let Some(parser) = name.strip_prefix("ipv4/") {
         parses(parser, &clients, requests);
         return;
     }
-    let (_, router) = routers()
+    let (_, router) = routers(window)
         .into_iter()
         .find(|(n, _)| *n == name)
         .unwrap_or_else(|| panic!("no router {name:?}"));
@@ -321,7 +335,8 @@ fn main() {
     if args.get(1).map(String::as_str) == Some("loop") {
         let name = args.get(2).map_or("slidegate", String::as_str);
         let requests = args.get(3).map_or(Ok(1_000_000), |n| n.parse()).unwrap();
-        bare_loop(name, requests);
+        let window = args.get(4).map_or(Ok(1), |w| w.parse()).unwrap();
+        bare_loop(name, requests, window);
         return;
     }
     let mut c = Criterion::default().configure_from_args();

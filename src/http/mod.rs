@@ -353,9 +353,11 @@ where
                 Outcome::Pass(fields) => fields,
                 Outcome::Respond(response) => return respond(response),
             };
-            let future = self.inner.call(req);
             return ResponseFuture {
-                state: State::Inner { future, fields },
+                state: State::Inner {
+                    future: self.inner.call(req),
+                    fields,
+                },
             };
         }
         drop(entered);
@@ -452,7 +454,27 @@ impl<P: Policies> Shared<P> {
 
     /// What to do with a request, given its policies' verdict; records the request's
     /// metrics, with the time since `start` as the decision's latency.
+    #[inline(always)]
     fn conclude(&self, verdict: Result<Verdict, LimiterError>, start: Nanos) -> Outcome {
+        // An admission is decided here, in the caller: the verdict is read where the
+        // limiter left it rather than moved into a call.
+        if let Ok(v) = &verdict {
+            if v.denied_by.is_none() && !v.degraded {
+                let fields = if self.headers_on_allowed {
+                    self.fields(self.policies.metas(), v)
+                } else {
+                    Fields::default()
+                };
+                self.metrics.allowed(self.since(start));
+                return Outcome::Pass(fields);
+            }
+        }
+        self.conclude_other(verdict, start)
+    }
+
+    /// [`Shared::conclude`] for a denial, a degraded verdict or a limiter error.
+    #[inline(never)]
+    fn conclude_other(&self, verdict: Result<Verdict, LimiterError>, start: Nanos) -> Outcome {
         let verdict = match verdict {
             Ok(verdict) => verdict,
             Err(error) => {
