@@ -295,7 +295,7 @@ pub(crate) mod sealed {
         fn extract(
             &self,
             head: &RequestHead<'_>,
-            degraded: &mut Vec<usize>,
+            degraded: &mut bool,
         ) -> Result<Self::Keys, Refused>;
         fn decide(
             &self,
@@ -313,10 +313,11 @@ pub(crate) mod sealed {
         /// The policies, in order.
         fn metas(&self) -> &[Meta];
         /// Extracts every policy's key; `Err` when a policy's missing key denies the request.
+        /// Sets `degraded` when a policy's key was missing (counted once per request).
         fn extract(
             &self,
             head: &RequestHead<'_>,
-            degraded: &mut Vec<usize>,
+            degraded: &mut bool,
         ) -> Result<Self::Keys, Refused>;
         /// The verdict now, if every limiter can give it without waiting. With `fields`
         /// false, an admitted request's verdict carries no reports (no header fields will be
@@ -445,9 +446,8 @@ impl<L: Limiter, X> Policy<L, X> {
     /// policy lets the request pass unkeyed.
     fn extract_key(
         &self,
-        index: usize,
         head: &RequestHead<'_>,
-        degraded: &mut Vec<usize>,
+        degraded: &mut bool,
     ) -> Result<Option<L::Key>, Refused>
     where
         X: KeyExtractor<Key = L::Key>,
@@ -464,7 +464,7 @@ impl<L: Limiter, X> Policy<L, X> {
             Err(_) => KeyError::Panicked,
         };
         crate::http::telemetry::key_missing(&self.meta[0].name, &error);
-        degraded.push(index);
+        *degraded = true;
         match &self.on_missing {
             OnMissingKey::Deny(status) => Err(Refused { status: *status }),
             OnMissingKey::Allow => Ok(None),
@@ -525,12 +525,8 @@ where
         &self.meta
     }
 
-    fn extract(
-        &self,
-        head: &RequestHead<'_>,
-        degraded: &mut Vec<usize>,
-    ) -> Result<Self::Keys, Refused> {
-        self.extract_key(0, head, degraded)
+    fn extract(&self, head: &RequestHead<'_>, degraded: &mut bool) -> Result<Self::Keys, Refused> {
+        self.extract_key(head, degraded)
     }
 
     fn check_now(
@@ -607,11 +603,7 @@ impl<T: sealed::Tuple> sealed::Enforce for All<T> {
         &self.metas
     }
 
-    fn extract(
-        &self,
-        head: &RequestHead<'_>,
-        degraded: &mut Vec<usize>,
-    ) -> Result<Self::Keys, Refused> {
+    fn extract(&self, head: &RequestHead<'_>, degraded: &mut bool) -> Result<Self::Keys, Refused> {
         self.policies.extract(head, degraded)
     }
 
@@ -648,8 +640,8 @@ macro_rules! all_of {
                 vec![$(self.$i.meta[0].clone()),+]
             }
 
-            fn extract(&self, head: &RequestHead<'_>, degraded: &mut Vec<usize>) -> Result<Self::Keys, Refused> {
-                Ok(($(self.$i.extract_key($i, head, degraded)?,)+))
+            fn extract(&self, head: &RequestHead<'_>, degraded: &mut bool) -> Result<Self::Keys, Refused> {
+                Ok(($(self.$i.extract_key(head, degraded)?,)+))
             }
 
             fn decide(&self, keys: &Self::Keys, cost: u64, len: usize, fields: bool) -> Result<Verdict, LimiterError> {

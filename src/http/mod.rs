@@ -278,10 +278,13 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Inner { future, fields } => {
-                let mut response = core::task::ready!(future.poll(cx))?;
-                if !fields.is_empty() {
-                    fields.take().add_to(response.headers_mut());
+                // Without fields the inner service's answer is passed on as it comes, not
+                // taken out of its `Poll` and `Result` and put back.
+                if fields.is_empty() {
+                    return future.poll(cx);
                 }
+                let mut response = core::task::ready!(future.poll(cx))?;
+                fields.take().add_to(response.headers_mut());
                 Poll::Ready(Ok(response))
             }
             StateProj::Respond { response } => {
@@ -320,11 +323,9 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let start = self.shared.clock.now();
         let shared = &*self.shared;
-        // Only a subscriber that records the span gets one: a disabled span still costs its
-        // `log` fallback (tracing's `log` feature, which axum's defaults turn on) a tenth of
-        // the layer's time per request.
-        // Not even a disabled span otherwise: creating, entering and dropping one is work for
-        // every request.
+        // Only a subscriber that records the span gets one, and otherwise not even a disabled
+        // span: creating, entering and dropping one costs its `log` fallback (tracing's `log`
+        // feature, which axum's defaults turn on) a tenth of the layer's time per request.
         let span =
             tracing::span_enabled!(target: telemetry::TARGET, tracing::Level::DEBUG).then(|| {
                 tracing::debug_span!(
@@ -444,9 +445,9 @@ impl Fields {
 impl<P: Policies> Shared<P> {
     /// Every policy's key, or the status for a request a missing key denies.
     fn extract(&self, head: &RequestHead<'_>) -> Result<P::Keys, StatusCode> {
-        let mut degraded = Vec::new();
+        let mut degraded = false;
         let keys = self.policies.extract(head, &mut degraded);
-        if !degraded.is_empty() {
+        if degraded {
             self.metrics.degraded_key();
         }
         keys.map_err(|refused| refused.status)
