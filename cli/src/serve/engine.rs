@@ -16,6 +16,7 @@
 //!   twice) whose costs sum above the limit: the library charges a limit listed twice the
 //!   sum.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -134,8 +135,8 @@ impl Which {
     }
 }
 
-/// A check, as both APIs ask it.
-pub(crate) enum Request<'a> {
+/// A check, as both APIs ask it; `D` is the API's own descriptor, read where it was decoded.
+pub(crate) enum Request<'a, D: Descriptor + 'a> {
     /// A key, against the named rules (or the file's key rules).
     Key {
         key: &'a str,
@@ -144,15 +145,38 @@ pub(crate) enum Request<'a> {
     /// Envoy's descriptors in a domain.
     Descriptors {
         domain: &'a str,
-        descriptors: Vec<Descriptor<'a>>,
+        descriptors: Cow<'a, [D]>,
     },
 }
 
-/// One descriptor: its entries and, perhaps, a limit of its own.
-pub(crate) struct Descriptor<'a> {
+/// One descriptor as an API decoded it: its entries and, perhaps, a limit of its own. The
+/// engine reads the API's own values, so a request is checked without a list of entries
+/// copied out of it.
+pub(crate) trait Descriptor: Clone {
+    /// (key, value), outermost first.
+    fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone;
+    /// (requests per unit, unit window), or why the unit is not one.
+    fn limit(&self) -> Result<Option<(u64, Duration)>, String>;
+}
+
+/// A descriptor of entries and a limit already read (the tests' requests).
+#[cfg(test)]
+#[derive(Clone)]
+pub(crate) struct Pairs<'a> {
     pub(crate) entries: Vec<(&'a str, &'a str)>,
     /// (requests per unit, unit window).
     pub(crate) limit: Option<(u64, Duration)>,
+}
+
+#[cfg(test)]
+impl Descriptor for Pairs<'_> {
+    fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone {
+        self.entries.iter().copied()
+    }
+
+    fn limit(&self) -> Result<Option<(u64, Duration)>, String> {
+        Ok(self.limit)
+    }
 }
 
 /// A request that cannot be checked, with the field at fault (in the API's own naming).
@@ -289,9 +313,9 @@ impl Engine {
     }
 
     /// Decides in memory, synchronously: `render` gets the rules the decision used.
-    pub(crate) fn decide_local<R>(
+    pub(crate) fn decide_local<D: Descriptor, R>(
         &self,
-        request: &Request<'_>,
+        request: &Request<'_, D>,
         cost: u64,
         render: impl FnOnce(&RuleSet, Result<Outcome, Invalid>) -> R,
     ) -> R {
@@ -310,9 +334,9 @@ impl Engine {
     }
 
     /// Decides through Redis.
-    pub(crate) async fn decide_remote(
+    pub(crate) async fn decide_remote<D: Descriptor>(
         &self,
-        request: &Request<'_>,
+        request: &Request<'_, D>,
         cost: u64,
     ) -> (Arc<RuleSet>, Result<Result<Outcome, StoreError>, Invalid>) {
         let set = self.rules.load_full();
@@ -328,9 +352,9 @@ impl Engine {
     /// before any is decided: a bad request decides none, with its index, and a reload in
     /// between cannot make a request invalid after others were charged.
     #[allow(clippy::type_complexity)]
-    pub(crate) async fn decide_batch(
+    pub(crate) async fn decide_batch<D: Descriptor>(
         &self,
-        requests: &[(Request<'_>, u64)],
+        requests: &[(Request<'_, D>, u64)],
     ) -> (
         Arc<RuleSet>,
         Result<Result<Vec<Outcome>, StoreError>, (usize, Invalid)>,
@@ -389,9 +413,9 @@ impl RuleSet {
     }
 
     /// Each descriptor's (or named rule's) rule and key, checked for size.
-    fn resolve(
+    fn resolve<D: Descriptor>(
         &self,
-        request: &Request<'_>,
+        request: &Request<'_, D>,
         cost: u64,
         backend: &Backend,
     ) -> Result<Vec<Status>, Invalid> {
@@ -456,40 +480,40 @@ impl RuleSet {
                 let mut items = Vec::with_capacity(descriptors.len());
                 for (i, d) in descriptors.iter().enumerate() {
                     let at = |f: &str| format!("descriptors[{i}].{f}");
-                    if d.entries.is_empty() {
+                    let entries = d.entries();
+                    if entries.len() == 0 {
                         return Err(Invalid::new(at("entries"), "must not be empty"));
                     }
-                    if d.entries.len() > MAX_ENTRIES {
+                    if entries.len() > MAX_ENTRIES {
                         return Err(Invalid::new(
                             at("entries"),
                             format!("more than {MAX_ENTRIES}"),
                         ));
                     }
-                    if let Some(j) = d.entries.iter().position(|(k, _)| k.is_empty()) {
+                    if let Some(j) = entries.clone().position(|(k, _)| k.is_empty()) {
                         return Err(Invalid::new(
                             at(&format!("entries[{j}].key")),
                             "must not be empty",
                         ));
                     }
-                    let key = descriptor_key(domain, &d.entries);
+                    let key = descriptor_key(domain, entries.clone());
                     if key.len() > MAX_KEY_BYTES {
                         return Err(Invalid::new(
                             at("entries"),
                             format!("longer than {MAX_KEY_BYTES} bytes in all"),
                         ));
                     }
-                    let which = match (level, d.limit) {
+                    let limit = d.limit().map_err(|m| Invalid::new(at("limit.unit"), m))?;
+                    let which = match (level, limit) {
                         (None, _) => None,
                         (Some(_), Some((limit, window))) => Some(
                             self.override_rule(limit, window, backend)
                                 .map_err(|m| Invalid::new(at("limit"), m))?,
                         ),
-                        (Some(level), None) => {
-                            match rules::resolve(level, d.entries.iter().copied()) {
-                                rules::Target::Rule(r) => Some(Which::Rule(r)),
-                                rules::Target::None | rules::Target::Unlimited => None,
-                            }
-                        }
+                        (Some(level), None) => match rules::resolve(level, entries) {
+                            rules::Target::Rule(r) => Some(Which::Rule(r)),
+                            rules::Target::None | rules::Target::Unlimited => None,
+                        },
                     };
                     items.push(Status::new(which, key));
                 }
@@ -689,11 +713,14 @@ fn redis_prefix(root: &str, spec: &RuleSpec) -> String {
 
 /// A descriptor's counter key: the domain and entries, each length-prefixed so no two
 /// descriptors share a key.
-fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
+fn descriptor_key<'a>(
+    domain: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> String {
     let len = 1
         + domain.len()
         + entries
-            .iter()
+            .clone()
             .map(|(k, v)| k.len() + v.len() + 8)
             .sum::<usize>()
         + 4;

@@ -1,6 +1,7 @@
 //! Envoy's rate limit service API over gRPC (tonic):
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tonic::{Request, Response, Status};
 use super::engine::{self, Descriptor, Engine, Invalid, Outcome, RuleSet};
 use super::metrics::{Answer, ApiMetrics};
 use super::proto::envoy::config::core::v3::HeaderValue;
+use super::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use super::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use super::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
@@ -24,39 +26,44 @@ pub(crate) struct Service {
     pub(crate) metrics: ApiMetrics,
 }
 
-/// The engine's request for Envoy's, and its cost (`hits_addend`, 0 meaning 1).
-fn request(r: &RateLimitRequest) -> Result<(engine::Request<'_>, u64), Invalid> {
-    let mut descriptors = Vec::with_capacity(r.descriptors.len());
-    for (i, d) in r.descriptors.iter().enumerate() {
-        let limit = match &d.limit {
-            None => None,
-            Some(l) => {
-                let window = RateLimitUnit::try_from(l.unit)
-                    .ok()
-                    .and_then(|u| rules::unit_window(u.as_str_name()))
-                    .ok_or_else(|| {
-                        Invalid::new(
-                            format!("descriptors[{i}].limit.unit"),
-                            format!("{} is not a known unit", l.unit),
-                        )
-                    })?;
-                Some((u64::from(l.requests_per_unit), window))
-            }
+impl Descriptor for RateLimitDescriptor {
+    fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone {
+        self.entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+    }
+
+    fn limit(&self) -> Result<Option<(u64, Duration)>, String> {
+        let Some(l) = &self.limit else {
+            return Ok(None);
         };
-        descriptors.push(Descriptor {
-            entries: d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
-                .collect(),
-            limit,
-        });
+        let window = RateLimitUnit::try_from(l.unit)
+            .ok()
+            .and_then(|u| rules::unit_window(u.as_str_name()))
+            .ok_or_else(|| format!("{} is not a known unit", l.unit))?;
+        Ok(Some((u64::from(l.requests_per_unit), window)))
+    }
+}
+
+/// The engine's request for Envoy's, and its cost (`hits_addend`, 0 meaning 1).
+#[allow(clippy::type_complexity)]
+fn request(
+    r: &RateLimitRequest,
+) -> Result<(engine::Request<'_, RateLimitDescriptor>, u64), Invalid> {
+    // Units first, as the request's own fields: the engine reads them again.
+    for (i, d) in r.descriptors.iter().enumerate() {
+        if let Err(message) = d.limit() {
+            return Err(Invalid::new(
+                format!("descriptors[{i}].limit.unit"),
+                message,
+            ));
+        }
     }
     let cost = u64::from(r.hits_addend.max(1));
     Ok((
         engine::Request::Descriptors {
             domain: &r.domain,
-            descriptors,
+            descriptors: Cow::Borrowed(&r.descriptors),
         },
         cost,
     ))

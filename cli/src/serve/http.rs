@@ -108,7 +108,7 @@ struct CheckBody<'a> {
     cost: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DescriptorBody<'a> {
     #[serde(borrow)]
@@ -117,7 +117,7 @@ struct DescriptorBody<'a> {
     limit: Option<LimitBody<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EntryBody<'a> {
     #[serde(borrow)]
@@ -126,7 +126,7 @@ struct EntryBody<'a> {
     value: Cow<'a, str>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitBody<'a> {
     requests_per_unit: u64,
@@ -141,9 +141,28 @@ struct BatchBody<'a> {
     requests: Vec<CheckBody<'a>>,
 }
 
+impl Descriptor for DescriptorBody<'_> {
+    fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone {
+        self.entries.iter().map(|e| (&*e.key, &*e.value))
+    }
+
+    fn limit(&self) -> Result<Option<(u64, Duration)>, String> {
+        let Some(l) = &self.limit else {
+            return Ok(None);
+        };
+        let window = rules::unit_window(&l.unit).ok_or_else(|| {
+            format!(
+                "unknown unit {:?}: use second, minute, hour, day, month or year",
+                l.unit
+            )
+        })?;
+        Ok(Some((l.requests_per_unit, window)))
+    }
+}
+
 impl<'a> CheckBody<'a> {
     /// The engine's request; field names in errors are this body's.
-    fn request(&'a self) -> Result<(engine::Request<'a>, u64), Invalid> {
+    fn request(&'a self) -> Result<(engine::Request<'a, DescriptorBody<'a>>, u64), Invalid> {
         let cost = self.cost.unwrap_or(1);
         let request = match (&self.key, &self.descriptors) {
             (Some(_), Some(_)) => {
@@ -183,28 +202,18 @@ impl<'a> CheckBody<'a> {
                 let Some(domain) = &self.domain else {
                     return Err(Invalid::new("domain", "missing: descriptors need a domain"));
                 };
-                let mut list = Vec::with_capacity(descriptors.len());
+                // Units first, as the body's own fields: the engine reads them again.
                 for (i, d) in descriptors.iter().enumerate() {
-                    let limit = match &d.limit {
-                        None => None,
-                        Some(l) => Some((
-                            l.requests_per_unit,
-                            rules::unit_window(&l.unit).ok_or_else(|| {
-                                Invalid::new(
-                                    format!("descriptors[{i}].limit.unit"),
-                                    format!("unknown unit {:?}: use second, minute, hour, day, month or year", l.unit),
-                                )
-                            })?,
-                        )),
-                    };
-                    list.push(Descriptor {
-                        entries: d.entries.iter().map(|e| (&*e.key, &*e.value)).collect(),
-                        limit,
-                    });
+                    if let Err(message) = d.limit() {
+                        return Err(Invalid::new(
+                            format!("descriptors[{i}].limit.unit"),
+                            message,
+                        ));
+                    }
                 }
                 engine::Request::Descriptors {
                     domain,
-                    descriptors: list,
+                    descriptors: Cow::Borrowed(descriptors),
                 }
             }
         };
@@ -574,7 +583,7 @@ async fn ready(State(api): State<Arc<Api>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::engine::{Backend, ServeClock};
+    use crate::serve::engine::{Backend, Pairs, ServeClock};
     use crate::serve::rules::toml;
     use slidegate::clock::ManualClock;
 
@@ -680,11 +689,12 @@ rule = "trial"
                 domain: "api",
                 descriptors: list
                     .iter()
-                    .map(|e| Descriptor {
+                    .map(|e| Pairs {
                         entries: e.to_vec(),
                         limit,
                     })
-                    .collect(),
+                    .collect::<Vec<_>>()
+                    .into(),
             };
         let requests = [
             (descriptors(&[&[("user", "a")]], None), 1),

@@ -50,23 +50,24 @@ fn engine(text: &str) -> (Engine, ManualClock) {
     )
 }
 
-fn descriptors<'a>(list: &[&[(&'a str, &'a str)]]) -> Request<'a> {
+fn descriptors<'a>(list: &[&[(&'a str, &'a str)]]) -> Request<'a, Pairs<'a>> {
     Request::Descriptors {
         domain: "api",
         descriptors: list
             .iter()
-            .map(|e| Descriptor {
+            .map(|e| Pairs {
                 entries: e.to_vec(),
                 limit: None,
             })
-            .collect(),
+            .collect::<Vec<_>>()
+            .into(),
     }
 }
 
 /// (allowed, [(rule display or "-", over, shadow_over, remaining)]).
 type Summary = (bool, Vec<(String, bool, bool, u64)>);
 
-fn check(e: &Engine, r: &Request<'_>, cost: u64) -> Result<Summary, Invalid> {
+fn check(e: &Engine, r: &Request<'_, Pairs<'_>>, cost: u64) -> Result<Summary, Invalid> {
     e.decide_local(r, cost, |set, o| {
         o.map(|o| {
             let s = o
@@ -175,10 +176,11 @@ fn unknown_domains_unmatched_descriptors_and_huge_costs() {
     let (e, _clock) = engine(RULES);
     let unknown = Request::Descriptors {
         domain: "nowhere",
-        descriptors: vec![Descriptor {
+        descriptors: vec![Pairs {
             entries: vec![("user", "a")],
             limit: None,
-        }],
+        }]
+        .into(),
     };
     assert_eq!(
         check(&e, &unknown, 1000).unwrap(),
@@ -241,7 +243,7 @@ fn a_rule_and_key_listed_twice_is_charged_the_sum() {
 #[test]
 fn requests_beyond_the_bounds_are_invalid() {
     let (e, _clock) = engine(RULES);
-    let field = |r: &Request<'_>| check(&e, r, 1).unwrap_err().field;
+    let field = |r: &Request<'_, Pairs<'_>>| check(&e, r, 1).unwrap_err().field;
     let long = "x".repeat(MAX_KEY_BYTES);
     assert_eq!(
         field(&Request::Key {
@@ -278,10 +280,11 @@ fn requests_beyond_the_bounds_are_invalid() {
     );
     let own = |limit: u64| Request::Descriptors {
         domain: "api",
-        descriptors: vec![Descriptor {
+        descriptors: vec![Pairs {
             entries: vec![("user", "o")],
             limit: Some((limit, Duration::from_secs(1))),
-        }],
+        }]
+        .into(),
     };
     for limit in 1..=MAX_OVERRIDES as u64 {
         assert!(check(&e, &own(limit), 1).is_ok());
@@ -356,10 +359,11 @@ fn replaces_and_limit_overrides() {
     }
     let over = Request::Descriptors {
         domain: "api",
-        descriptors: vec![Descriptor {
+        descriptors: vec![Pairs {
             entries: vec![("zzz", "1")],
             limit: Some((2, Duration::from_secs(60))),
-        }],
+        }]
+        .into(),
     };
     assert_eq!(
         check(&e, &over, 1).unwrap(),
