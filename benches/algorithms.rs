@@ -134,7 +134,7 @@ fn keyed(c: &mut Criterion) {
         b.iter(|| black_box(governor.check_key(&next()).is_ok()))
     });
     for (mode, name) in ALGORITHMS {
-        let limiter = KeyedLimiter::new(quota(mode, 1024));
+        let limiter = KeyedLimiter::<u64>::new(quota(mode, 1024));
         for key in 0..KEYS {
             assert!(limiter.check(&key).is_allowed());
         }
@@ -189,8 +189,8 @@ fn keyed_two_threads(c: &mut Criterion) {
             })
         })
     });
-    let log = KeyedLimiter::new(quota(Mode::ExactLog, 1024));
-    let gcra = KeyedLimiter::new(quota(Mode::Gcra, 1024));
+    let log = KeyedLimiter::<u64>::new(quota(Mode::ExactLog, 1024));
+    let gcra = KeyedLimiter::<u64>::new(quota(Mode::Gcra, 1024));
     let naive = NaiveLog::new(1024, Duration::from_millis(1));
     for k in 0..2 * KEYS {
         assert!(log.check(&k).is_allowed() && gcra.check(&k).is_allowed() && naive.check(k));

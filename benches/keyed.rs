@@ -137,7 +137,7 @@ fn coarse_clock(c: &mut Criterion) {
     } // Its upkeep thread stops here.
     let clock = CoarseClock::new(interval).expect("governor's upkeep thread has stopped");
     let quota = Quota::new(MAX_LIMIT, Duration::from_secs(3600)).expect("a valid quota");
-    let ours = KeyedLimiter::with_clock(quota, clock);
+    let ours = KeyedLimiter::<u64, _>::with_clock(quota, clock);
     for key in 0..keys {
         assert!(ours.check(&key).is_allowed());
     }

@@ -114,7 +114,7 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     let quota = Quota::new(1000, Duration::from_secs(60)).unwrap();
-    let limiter = KeyedLimiter::builder(quota)
+    let limiter = KeyedLimiter::<u64>::builder(quota)
         .clock(ManualClock::new())
         .hasher(hasher)
         .build();

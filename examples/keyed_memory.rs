@@ -39,7 +39,7 @@ fn churn() -> Result<(), slidegate::ConfigError> {
     const BOUND: usize = 100_000;
     let clock = ManualClock::new();
     let quota = Quota::new(10, Duration::from_secs(1))?;
-    let limiter = KeyedLimiter::builder(quota)
+    let limiter = KeyedLimiter::<u64>::builder(quota)
         .clock(clock.clone())
         .max_keys(BOUND)
         .build();
@@ -86,7 +86,7 @@ fn bytes_per_key(buckets: u64) -> Result<(), slidegate::ConfigError> {
     let quota =
         Quota::new(10, Duration::from_secs(buckets))?.with_granularity(Duration::from_secs(1))?;
     let before = rss();
-    let limiter = KeyedLimiter::with_clock(quota, ManualClock::new());
+    let limiter = KeyedLimiter::<u64, _>::with_clock(quota, ManualClock::new());
     for key in 0..KEYS {
         let _ = limiter.check(&key);
     }

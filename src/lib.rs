@@ -53,14 +53,14 @@
 //! use std::time::Duration;
 //!
 //! let clock = ManualClock::new();
-//! let per_user = KeyedLimiter::builder(Quota::new(10, Duration::from_secs(1))?)
+//! let per_user = KeyedLimiter::<String>::builder(Quota::new(10, Duration::from_secs(1))?)
 //!     .clock(clock.clone())
 //!     .max_keys(100_000)
 //!     .build();
 //! let hourly = SlidingWindow::with_clock(Quota::new(1000, Duration::from_secs(3600))?, clock);
-//! let alice = per_user.key(&"alice");
+//! let alice = per_user.key("alice");
 //! assert!(check_all(&[(&alice as &dyn Limit, 1), (&hourly, 1)])?.is_allowed());
-//! assert_eq!(per_user.peek(&"alice").remaining(), 9);
+//! assert_eq!(per_user.peek("alice").remaining(), 9);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -187,8 +187,8 @@ use sealed::{Held, Judged, Taken};
 /// use std::time::Duration;
 ///
 /// let global = SlidingWindow::new(Quota::new(100, Duration::from_secs(1))?);
-/// let users = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
-/// let alice = users.key(&"alice");
+/// let users = KeyedLimiter::<String>::new(Quota::new(5, Duration::from_secs(1))?);
+/// let alice = users.key("alice");
 /// let limits: [(&dyn Limit, u64); 2] = [(&global, 1), (&alice, 1)];
 /// assert!(check_all(&limits)?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -293,12 +293,12 @@ impl MultiDecision {
 ///
 /// let clock = ManualClock::new();
 /// let q = |n, secs| Quota::new(n, Duration::from_secs(secs));
-/// let users = KeyedLimiter::with_clock(q(2, 1)?, clock.clone());
-/// let tenants = KeyedLimiter::with_clock(q(3, 1)?, clock.clone());
+/// let users = KeyedLimiter::<String, _>::with_clock(q(2, 1)?, clock.clone());
+/// let tenants = KeyedLimiter::<u32, _>::with_clock(q(3, 1)?, clock.clone());
 /// let hourly = SlidingWindow::with_clock(q(1000, 3600)?, clock.clone());
 ///
-/// let request = |user: &'static str| {
-///     let (u, t) = (users.key(&user), tenants.key(&7u32));
+/// let request = |user: &str| {
+///     let (u, t) = (users.key(user), tenants.key(&7u32));
 ///     check_all(&[(&u as &dyn Limit, 1), (&t, 1), (&hourly, 1)])
 /// };
 /// assert!(request("alice")?.is_allowed());
@@ -312,7 +312,7 @@ impl MultiDecision {
 /// assert!(check_all(&[(&hourly, 500), (&hourly, 497)])?.is_allowed());
 /// assert!(check_all(&[(&hourly, 600), (&hourly, 401)]).is_err());
 /// // So is one key named by two handles: dave may make 2 a second, not 3.
-/// let (d1, d2) = (users.key(&"dave"), users.key(&"dave"));
+/// let (d1, d2) = (users.key("dave"), users.key("dave"));
 /// assert!(check_all(&[(&d1 as &dyn Limit, 2), (&d2, 1)]).is_err());
 /// assert!(check_all(&[(&d1 as &dyn Limit, 1), (&d2, 1)])?.is_allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())

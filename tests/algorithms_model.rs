@@ -77,7 +77,7 @@ proptest! {
     fn every_algorithm_equals_its_reference_model((quota, ops) in case()) {
         let clock = ManualClock::new();
         let limiter = SlidingWindow::with_clock(quota, clock.clone());
-        let keyed = KeyedLimiter::with_clock(quota, clock.clone());
+        let keyed = KeyedLimiter::<u8, _>::with_clock(quota, clock.clone());
         let mut model = Model::new(quota);
         let mut t = 0u64;
         for (step, op) in ops {

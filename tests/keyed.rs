@@ -85,6 +85,7 @@ with_both_hashers!(
     threads_on_disjoint_and_shared_keys_lose_nothing,
     checks_racing_eviction_lose_no_admission,
     concurrent_churn_keeps_the_bound_and_drops_each_entry_once,
+    a_string_key_is_one_key_by_str_and_by_string,
 );
 
 fn quota(limit: u64, window_ms: u64, granularity_ms: u64) -> Quota {
@@ -107,6 +108,36 @@ fn keys_are_independent<S: TestHasher>() {
         assert_eq!(l.peek(&key).remaining(), 2);
         assert!(l.check(&key).is_allowed());
     }
+}
+
+/// A `String` key checked by `&str` and by `&String` is one key: one entry, one window, one
+/// override, whichever form each call gives (with `OneHash` every key shares one probe
+/// sequence, so only `Eq` across the two forms tells keys apart).
+fn a_string_key_is_one_key_by_str_and_by_string<S: TestHasher>() {
+    let clock = ManualClock::new();
+    let l: Limiter<String, S> = limiter(quota(4, 1000, 100), &clock, usize::MAX);
+    let alice = "alice".to_string();
+    assert!(l.check("bob").is_allowed());
+    assert!(l.check("alice").is_allowed());
+    assert!(l.check(&alice).is_allowed());
+    assert!(l.check_n("alice", 2).unwrap().is_allowed());
+    assert_eq!(l.len(), 2, "alice was inserted once");
+    assert!(!l.check(&alice).is_allowed(), "the limit of 4 is shared");
+    assert_eq!(l.peek("alice").remaining(), 0);
+    assert_eq!(l.admitted_total("alice"), 4);
+    assert_eq!(l.refund("alice", 1), 1);
+    assert_eq!(l.peek(&alice).remaining(), 1);
+    assert_eq!(l.peek("bob").remaining(), 3, "bob is another key");
+    l.quota_for("alice", quota(10, 1000, 100));
+    assert_eq!(l.quota(&alice).limit(), 10);
+    assert_eq!(
+        l.check(&alice).remaining(),
+        6,
+        "the override kept alice's counts"
+    );
+    l.clear_quota_for(&alice);
+    assert_eq!(l.quota("alice").limit(), 4);
+    assert_eq!(l.len(), 2);
 }
 
 fn peek_of_an_unknown_key_inserts_nothing<S: TestHasher>() {

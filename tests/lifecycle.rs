@@ -69,7 +69,7 @@ fn a_cost_no_wait_can_admit_is_an_error_at_once() {
             Err(CostError::ExceedsLimit { cost: 3, limit: 2 })
         );
         assert_eq!(limiter.wait(0), Err(CostError::Zero));
-        let keyed = KeyedLimiter::with_clock(quota(2, 100, mode), clock.clone());
+        let keyed = KeyedLimiter::<&str, _>::with_clock(quota(2, 100, mode), clock.clone());
         assert_eq!(keyed.wait(&"k", 0), Err(CostError::Zero));
         assert_eq!(clock.now().0, 0, "{mode:?}: an error must not wait");
     }
@@ -98,7 +98,7 @@ fn jitter_spreads_waits_within_its_bound() {
 #[test]
 fn keyed_waits_are_per_key() {
     let clock = ManualClock::new();
-    let limiter = KeyedLimiter::with_clock(quota(1, 100, Mode::ExactLog), clock.clone());
+    let limiter = KeyedLimiter::<&str, _>::with_clock(quota(1, 100, Mode::ExactLog), clock.clone());
     assert!(limiter.wait(&"a", 1).unwrap().is_allowed());
     assert!(limiter.wait(&"b", 1).unwrap().is_allowed());
     assert_eq!(clock.now().0, 0, "b has its own window");
@@ -122,7 +122,7 @@ fn refunds_and_multi_checks_work_for_every_algorithm() {
         for other in MODES {
             let clock = ManualClock::new();
             let a = SlidingWindow::with_clock(quota(3, 1000, mode), clock.clone());
-            let b = KeyedLimiter::with_clock(quota(2, 1000, other), clock.clone());
+            let b = KeyedLimiter::<&str, _>::with_clock(quota(2, 1000, other), clock.clone());
             let key = b.key(&"k");
             let limits = [(&a as &dyn Limit, 1), (&key, 1)];
             assert!(check_all(&limits).unwrap().is_allowed());
@@ -150,7 +150,7 @@ fn quota_changes_keep_counts_only_within_one_shape() {
             .unwrap()
             .with_mode(mode)
     };
-    let limiter = KeyedLimiter::with_clock(one_bucket(2, Mode::Strict), clock.clone());
+    let limiter = KeyedLimiter::<&str, _>::with_clock(one_bucket(2, Mode::Strict), clock.clone());
     assert!(limiter.check_n(&"k", 2).unwrap().is_allowed());
     for mode in [Mode::Weighted, Mode::FixedWindow, Mode::Strict] {
         limiter.quota_for(&"k", one_bucket(2, mode));
@@ -273,7 +273,8 @@ mod until_ready {
         let t = limiter.clock().now().0;
         // Strict, 10 buckets of 10 ms: the first admission leaves at 110 ms.
         assert!((110_000_000..=115_000_000).contains(&t), "ready at {t}");
-        let keyed = KeyedLimiter::with_clock(quota(1, 100, Mode::Gcra), TokioClock::new());
+        let keyed =
+            KeyedLimiter::<i32, _>::with_clock(quota(1, 100, Mode::Gcra), TokioClock::new());
         assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
         assert!(keyed.until_ready(&1, 1).await.unwrap().is_allowed());
         assert_eq!(keyed.clock().now().0, 100_000_000);
@@ -286,7 +287,7 @@ mod until_ready {
         for mode in MODES {
             let clock = ManualClock::new();
             let l = SlidingWindow::with_clock(quota(1, 1000, mode), clock.clone());
-            let k = KeyedLimiter::with_clock(quota(1, 1000, mode), clock.clone());
+            let k = KeyedLimiter::<i32, _>::with_clock(quota(1, 1000, mode), clock.clone());
             for _ in 0..3 {
                 let waited = tokio::time::timeout(Duration::from_secs(60), async {
                     assert!(l.until_ready(1).await.unwrap().is_allowed());

@@ -28,7 +28,7 @@ fn quota(limit: u64, buckets: u64, g: u64) -> Quota {
 fn all_admit_charges_every_limit() {
     let clock = ManualClock::new();
     let a = SlidingWindow::with_clock(quota(3, 2, 10), clock.clone());
-    let users = KeyedLimiter::with_clock(quota(5, 1, 10), clock.clone());
+    let users = KeyedLimiter::<&str, _>::with_clock(quota(5, 1, 10), clock.clone());
     let alice = users.key(&"alice");
     let d = check_all(&[(&a, 2), (&alice, 3)]).unwrap();
     assert!(d.is_allowed());
@@ -44,7 +44,7 @@ fn a_denial_charges_no_limit() {
     let clock = ManualClock::new();
     let a = SlidingWindow::with_clock(quota(10, 1, 10), clock.clone());
     let b = SlidingWindow::with_clock(quota(2, 1, 10), clock.clone());
-    let tenants = KeyedLimiter::with_clock(quota(10, 1, 10), clock.clone());
+    let tenants = KeyedLimiter::<u64, _>::with_clock(quota(10, 1, 10), clock.clone());
     let t = tenants.key(&7u64);
     assert!(b.check_n(2).unwrap().is_allowed());
     let d = check_all(&[(&a, 1), (&t, 4), (&b, 1)]).unwrap();
@@ -160,13 +160,31 @@ fn a_key_listed_twice_above_its_limit_is_a_cost_error() {
     one_key_listed_twice(&users, &alice, &alice);
 }
 
+/// Handles of one `String` key made from a `&str` and from a `&String` are one limit, in
+/// either order: `check_all` compares them by the key's value, whatever form each was given in.
+#[test]
+fn handles_of_one_key_by_str_and_by_string_are_one_limit() {
+    let owned = "alice".to_string();
+    for str_first in [true, false] {
+        let users = KeyedLimiter::<String, _>::with_clock(quota(5, 1, 10), ManualClock::new());
+        let (by_str, by_string) = (users.key("alice"), users.key(&owned));
+        let (a, b): (&dyn Limit, &dyn Limit) = if str_first {
+            (&by_str, &by_string)
+        } else {
+            (&by_string, &by_str)
+        };
+        one_key_listed_twice(&users, a, b);
+        assert_eq!(users.len(), 1);
+    }
+}
+
 /// Two handles made separately for equal keys of one limiter are one limit; handles for other
 /// keys, or for the same key of another limiter, are not.
 #[test]
 fn separate_handles_for_one_key_are_one_limit() {
     let clock = ManualClock::new();
-    let users = KeyedLimiter::with_clock(quota(5, 1, 10), clock.clone());
-    let others = KeyedLimiter::with_clock(quota(5, 1, 10), clock.clone());
+    let users = KeyedLimiter::<String, _>::with_clock(quota(5, 1, 10), clock.clone());
+    let others = KeyedLimiter::<String, _>::with_clock(quota(5, 1, 10), clock.clone());
     // Equal keys in distinct allocations, so that only `Eq` can tell they are one key.
     let (k1, k2, bob) = ("alice".to_string(), "alice".to_string(), "bob".to_string());
     let (a1, a2) = (users.key(&k1), users.key(&k2));
@@ -274,7 +292,7 @@ impl Hash for Bomb {
 fn a_panic_mid_call_releases_the_reservations_held() {
     let clock = ManualClock::new();
     let a = SlidingWindow::with_clock(quota(5, 10, 10), clock.clone());
-    let users = KeyedLimiter::with_clock(quota(5, 10, 10), clock.clone());
+    let users = KeyedLimiter::<&str, _>::with_clock(quota(5, 10, 10), clock.clone());
     let alice = users.key(&"alice");
     let bombs: KeyedLimiter<Bomb, ManualClock> =
         KeyedLimiter::with_clock(quota(5, 10, 10), clock.clone());
@@ -419,8 +437,8 @@ fn no_limits_is_allowed() {
 #[test]
 fn keyed_limiters_of_different_key_types_mix() {
     let clock = ManualClock::new();
-    let by_name = KeyedLimiter::with_clock(quota(2, 1, 10), clock.clone());
-    let by_id = KeyedLimiter::with_clock(quota(3, 1, 10), clock.clone());
+    let by_name = KeyedLimiter::<String, _>::with_clock(quota(2, 1, 10), clock.clone());
+    let by_id = KeyedLimiter::<u32, _>::with_clock(quota(3, 1, 10), clock.clone());
     let name = String::from("alice");
     for expect in [true, true, false] {
         let (n, i) = (by_name.key(&name), by_id.key(&42u32));
@@ -502,7 +520,7 @@ proptest! {
         let clock = ManualClock::new();
         let a = SlidingWindow::with_clock(qs[0], clock.clone());
         let b = SlidingWindow::with_clock(qs[1], clock.clone());
-        let keyed = KeyedLimiter::with_clock(qs[2], clock.clone());
+        let keyed = KeyedLimiter::<u8, _>::with_clock(qs[2], clock.clone());
         let (k1, k2) = (keyed.key(&1u8), keyed.key(&2u8));
         let limits: [&dyn Limit; 4] = [&a, &b, &k1, &k2];
         let mut models = [Model::new(qs[0]), Model::new(qs[1]), Model::new(qs[2]), Model::new(qs[2])];

@@ -216,7 +216,9 @@ fn floor(c: &mut Criterion) {
     let mut group = c.benchmark_group("http_floor");
 
     let quota = Quota::new(1_000_000, Duration::from_secs(1)).unwrap();
-    let ours = KeyedLimiter::builder(quota).max_keys(100_000).build();
+    let ours = KeyedLimiter::<IpAddr>::builder(quota)
+        .max_keys(100_000)
+        .build();
     let theirs = governor::RateLimiter::keyed(governor::Quota::per_second(
         core::num::NonZeroU32::new(1_000_000).unwrap(),
     ));

@@ -41,7 +41,7 @@ fn multi_check_racing_a_forced_eviction_of_its_key() {
     model(|| {
         let clock = ManualClock::new();
         let keyed = Arc::new(
-            KeyedLimiter::builder(quota())
+            KeyedLimiter::<u32>::builder(quota())
                 .clock(clock.clone())
                 .hasher(FixedHasher::default())
                 .max_keys(1)

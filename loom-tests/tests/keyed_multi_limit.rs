@@ -37,7 +37,7 @@ fn quota() -> Quota {
 fn race(direct_full: bool) {
     let clock = ManualClock::new();
     let keyed = Arc::new(
-        KeyedLimiter::builder(quota())
+        KeyedLimiter::<u32>::builder(quota())
             .clock(clock.clone())
             .hasher(FixedHasher::default())
             .build(),

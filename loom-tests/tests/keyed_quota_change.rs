@@ -36,7 +36,7 @@ fn race(held: bool) {
     model(move || {
         let (old, new) = (quota(2, 2), quota(1, 3));
         let limiter = Arc::new(
-            KeyedLimiter::builder(old)
+            KeyedLimiter::<u32>::builder(old)
                 .clock(ManualClock::new())
                 .hasher(FixedHasher::default())
                 .build(),

@@ -22,7 +22,7 @@ use super::{DefaultHashBuilder, KeyedLimiter};
 ///     .clock(ManualClock::new())
 ///     .max_keys(1_000)
 ///     .build();
-/// assert!(limiter.check(&"user-1".to_string()).is_allowed());
+/// assert!(limiter.check("user-1").is_allowed());
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
 #[must_use = "a builder does nothing until `build` is called"]
@@ -60,10 +60,10 @@ where
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?).clock(clock.clone()).build();
-    /// assert!(limiter.check(&"k").is_allowed());
+    /// let limiter = KeyedLimiter::<String>::builder(Quota::new(1, Duration::from_secs(1))?).clock(clock.clone()).build();
+    /// assert!(limiter.check("k").is_allowed());
     /// clock.advance(Duration::from_millis(1100));
-    /// assert!(limiter.check(&"k").is_allowed());
+    /// assert!(limiter.check("k").is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedLimiterBuilder<K, C2, S> {
@@ -83,10 +83,10 @@ where
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?)
+    /// let limiter = KeyedLimiter::<String>::builder(Quota::new(1, Duration::from_secs(1))?)
     ///     .hasher(std::collections::hash_map::RandomState::new())
     ///     .build();
-    /// assert!(limiter.check(&"k").is_allowed());
+    /// assert!(limiter.check("k").is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn hasher<S2>(self, hasher: S2) -> KeyedLimiterBuilder<K, C, S2>
@@ -109,7 +109,7 @@ where
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?)
+    /// let limiter = KeyedLimiter::<u64>::builder(Quota::new(1, Duration::from_secs(1))?)
     ///     .clock(ManualClock::new())
     ///     .max_keys(10)
     ///     .build();
@@ -129,7 +129,7 @@ where
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(1, Duration::from_secs(1))?).build();
+    /// let limiter = KeyedLimiter::<u8>::builder(Quota::new(1, Duration::from_secs(1))?).build();
     /// assert!(limiter.check(&0u8).is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```

@@ -1,6 +1,7 @@
 //! One key of a keyed limiter as a limit of `check_all`.
 
 use core::any::Any;
+use core::borrow::Borrow;
 use core::cell::OnceCell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
@@ -14,14 +15,15 @@ use crate::sync::epoch::{self, Guard};
 use super::{DefaultHashBuilder, KeyedLimiter, ReservedState};
 
 /// One key of a [`KeyedLimiter`], as a [`Limit`] of a [`check_all`](crate::check_all); made
-/// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely.
+/// by [`KeyedLimiter::key`]. Keyed limiters with different key types mix freely. `Q` is the
+/// form the key was given in: `K` itself or a borrowed form of it (`str` for `String` keys).
 ///
 /// ```
 /// use slidegate::{check_all, KeyedLimiter, Limit, Quota};
 /// use std::time::Duration;
 ///
-/// let by_ip = KeyedLimiter::new(Quota::new(100, Duration::from_secs(1))?);
-/// let by_token = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
+/// let by_ip = KeyedLimiter::<[u8; 4]>::new(Quota::new(100, Duration::from_secs(1))?);
+/// let by_token = KeyedLimiter::<String>::new(Quota::new(5, Duration::from_secs(1))?);
 /// let token = String::from("t-123");
 /// let (ip, tok) = (by_ip.key(&[10u8, 0, 0, 1]), by_token.key(&token));
 /// let limits: [(&dyn Limit, u64); 2] = [(&ip, 1), (&tok, 5)];
@@ -29,20 +31,25 @@ use super::{DefaultHashBuilder, KeyedLimiter, ReservedState};
 /// assert_eq!(check_all(&limits)?.denied_by(), Some(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct KeyLimit<'a, K, C = QuantaClock, S = DefaultHashBuilder>
+pub struct KeyLimit<'a, K, C = QuantaClock, S = DefaultHashBuilder, Q: ?Sized = K>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     limiter: &'a KeyedLimiter<K, C, S>,
-    key: &'a K,
+    key: &'a Q,
+    /// The key as a `K`, made only when `check_all` compares this entry with another of the
+    /// same limiter (see `same_limit`), so that a call naming each limiter once allocates
+    /// nothing for its keys.
+    owned: OnceCell<K>,
 }
 
-impl<K, C, S> sealed::Reserve for KeyLimit<'_, K, C, S>
+impl<K, C, S, Q> sealed::Reserve for KeyLimit<'_, K, C, S, Q>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q> + From<Q::Owned>,
     C: Clock,
     S: BuildHasher + Clone + Send + Sync + 'static,
+    Q: Hash + Eq + ToOwned + ?Sized,
 {
     fn judge_cost<'g>(
         &'g self,
@@ -82,23 +89,29 @@ where
     }
 
     fn key(&self) -> Option<&dyn Any> {
-        Some(self.key)
+        Some(self.owned.get_or_init(|| K::from(self.key.to_owned())))
     }
 
     fn is_key(&self, key: &dyn Any) -> bool {
-        key.downcast_ref::<K>() == Some(self.key)
+        key.downcast_ref::<K>()
+            .is_some_and(|key| key.borrow() == self.key)
     }
 }
 
-impl<'a, K, C, S> KeyLimit<'a, K, C, S>
+impl<'a, K, C, S, Q> KeyLimit<'a, K, C, S, Q>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
     S: BuildHasher + Clone + Send + Sync + 'static,
+    Q: ?Sized,
 {
     /// The handle of `key` of `limiter`.
-    pub(super) fn new(limiter: &'a KeyedLimiter<K, C, S>, key: &'a K) -> Self {
-        KeyLimit { limiter, key }
+    pub(super) fn new(limiter: &'a KeyedLimiter<K, C, S>, key: &'a Q) -> Self {
+        KeyLimit {
+            limiter,
+            key,
+            owned: OnceCell::new(),
+        }
     }
 
     /// The answer of a judgement `(decision, reserved)` of cost `n`, its reservation, if it
@@ -121,22 +134,24 @@ where
     }
 }
 
-impl<K, C, S> Limit for KeyLimit<'_, K, C, S>
+impl<K, C, S, Q> Limit for KeyLimit<'_, K, C, S, Q>
 where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static + Borrow<Q> + From<Q::Owned>,
     C: Clock,
     S: BuildHasher + Clone + Send + Sync + 'static,
+    Q: Hash + Eq + ToOwned + ?Sized,
 {
 }
 
-impl<K, C, S> fmt::Debug for KeyLimit<'_, K, C, S>
+impl<K, C, S, Q> fmt::Debug for KeyLimit<'_, K, C, S, Q>
 where
-    K: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
+    Q: fmt::Debug + ?Sized,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyLimit")
-            .field("key", self.key)
+            .field("key", &self.key)
             .finish_non_exhaustive()
     }
 }

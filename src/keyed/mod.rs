@@ -20,6 +20,7 @@ pub(crate) mod store;
 pub use builder::KeyedLimiterBuilder;
 pub use key_limit::KeyLimit;
 
+use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use core::time::Duration;
@@ -64,19 +65,29 @@ pub type DefaultHashBuilder = ahash::RandomState;
 /// Keys are `'static`: evicted keys are dropped by the epoch collector, possibly after the
 /// limiter itself.
 ///
+/// # Borrowed keys
+/// As with [`HashMap::get`](std::collections::HashMap::get), every method that takes a key
+/// takes any borrowed form `&Q` of it (`K: Borrow<Q>`): a `KeyedLimiter<String>` is checked
+/// with a `&str`, a `KeyedLimiter<Vec<u8>>` with a `&[u8]`. `Q`'s `Hash` and `Eq` must agree
+/// with `K`'s, as `Borrow` requires. A check of a key the limiter holds allocates nothing; a
+/// key new to the limiter is stored as `K::from(key.to_owned())` (so an `Arc<str>` or
+/// `Box<str>` key can be checked with a `&str` too). Since the key's type is no longer read
+/// from the argument, a limiter whose key type nothing else fixes names it:
+/// `KeyedLimiter::<String>::new(quota)`.
+///
 /// ```
 /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
-/// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
-/// assert!(limiter.check(&"alice").is_allowed());
-/// assert!(limiter.check(&"alice").is_allowed());
-/// assert!(!limiter.check(&"alice").is_allowed());
-/// assert!(limiter.check(&"bob").is_allowed()); // every key has its own window
+/// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
+/// assert!(limiter.check("alice").is_allowed());
+/// assert!(limiter.check("alice").is_allowed());
+/// assert!(!limiter.check("alice").is_allowed());
+/// assert!(limiter.check("bob").is_allowed()); // every key has its own window
 ///
 /// clock.advance(Duration::from_millis(1100));
-/// assert!(limiter.check(&"alice").is_allowed());
+/// assert!(limiter.check("alice").is_allowed());
 /// # Ok::<(), slidegate::ConfigError>(())
 /// ```
 pub struct KeyedLimiter<K, C = QuantaClock, S = DefaultHashBuilder>
@@ -100,8 +111,8 @@ where
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::new(Quota::new(100, Duration::from_secs(60))?);
-    /// assert!(limiter.check(&"10.0.0.1").is_allowed());
+    /// let limiter = KeyedLimiter::<String>::new(Quota::new(100, Duration::from_secs(60))?);
+    /// assert!(limiter.check("10.0.0.1").is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn new(quota: Quota) -> Self {
@@ -115,7 +126,7 @@ where
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(10, Duration::from_secs(1))?)
+    /// let limiter = KeyedLimiter::<u64>::builder(Quota::new(10, Duration::from_secs(1))?)
     ///     .clock(ManualClock::new())
     ///     .hasher(std::collections::hash_map::RandomState::new())
     ///     .max_keys(100_000)
@@ -139,7 +150,7 @@ where
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, ManualClock::new());
+    /// let limiter = KeyedLimiter::<u64, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, ManualClock::new());
     /// assert!(limiter.check(&1).is_allowed());
     /// assert!(!limiter.check(&1).is_allowed());
     /// # Ok::<(), slidegate::ConfigError>(())
@@ -155,18 +166,23 @@ where
     C: Clock,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    /// Checks and, if allowed, charges a cost of 1 to `key`.
+    /// Checks and, if allowed, charges a cost of 1 to `key`, given as `K` or any borrowed form
+    /// of it (see [Borrowed keys](KeyedLimiter#borrowed-keys)).
     ///
     /// ```
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::new(Quota::new(2, Duration::from_secs(60))?);
-    /// assert_eq!(limiter.check(&"k").remaining(), 1);
+    /// let limiter = KeyedLimiter::<String>::new(Quota::new(2, Duration::from_secs(60))?);
+    /// assert_eq!(limiter.check("k").remaining(), 1);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     #[inline]
-    pub fn check(&self, key: &K) -> Decision {
+    pub fn check<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         self.acquire(key, 1)
     }
 
@@ -177,14 +193,18 @@ where
     /// use slidegate::{CostError, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::new(Quota::new(10, Duration::from_secs(1))?);
-    /// assert!(limiter.check_n(&"k", 7)?.is_allowed());
-    /// assert!(!limiter.check_n(&"k", 4)?.is_allowed());
-    /// assert_eq!(limiter.check_n(&"k", 0), Err(CostError::Zero));
+    /// let limiter = KeyedLimiter::<String>::new(Quota::new(10, Duration::from_secs(1))?);
+    /// assert!(limiter.check_n("k", 7)?.is_allowed());
+    /// assert!(!limiter.check_n("k", 4)?.is_allowed());
+    /// assert_eq!(limiter.check_n("k", 0), Err(CostError::Zero));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn check_n(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+    pub fn check_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         self.acquire(key, n)
     }
 
@@ -195,14 +215,18 @@ where
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
-    /// assert_eq!(limiter.peek(&"k").remaining(), 5);
+    /// let limiter = KeyedLimiter::<String>::new(Quota::new(5, Duration::from_secs(1))?);
+    /// assert_eq!(limiter.peek("k").remaining(), 5);
     /// assert_eq!(limiter.len(), 0);
-    /// limiter.check(&"k");
-    /// assert_eq!(limiter.peek(&"k").remaining(), 4);
+    /// limiter.check("k");
+    /// assert_eq!(limiter.peek("k").remaining(), 4);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
-    pub fn peek(&self, key: &K) -> Decision {
+    pub fn peek<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.judge_only(key, 1, &epoch::pin())
             .expect("a cost of 1 is within every limit")
     }
@@ -215,15 +239,19 @@ where
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
-    /// limiter.check_n(&"k", 2)?;
-    /// assert!(!limiter.check(&"k").is_allowed());
-    /// assert_eq!(limiter.refund(&"k", 1), 1);
-    /// assert!(limiter.check(&"k").is_allowed());
-    /// assert_eq!(limiter.refund(&"unknown", 1), 0);
+    /// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
+    /// limiter.check_n("k", 2)?;
+    /// assert!(!limiter.check("k").is_allowed());
+    /// assert_eq!(limiter.refund("k", 1), 1);
+    /// assert!(limiter.check("k").is_allowed());
+    /// assert_eq!(limiter.refund("unknown", 1), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn refund(&self, key: &K, n: u64) -> u64 {
+    pub fn refund<Q>(&self, key: &Q, n: u64) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let guard = &epoch::pin();
         let rule = self.rule_for(key, guard);
         let hash = self.store.hash(key);
@@ -243,13 +271,17 @@ where
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
-    /// limiter.wait(&"api.example.com", 1)?;
-    /// limiter.wait(&"api.example.com", 1)?;
+    /// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// limiter.wait("api.example.com", 1)?;
+    /// limiter.wait("api.example.com", 1)?;
     /// assert_eq!(clock.now(), Nanos(1_100_000_000));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn wait(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+    pub fn wait<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         self.wait_with_jitter(key, n, Duration::ZERO)
     }
 
@@ -260,18 +292,22 @@ where
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
+    /// let limiter = KeyedLimiter::<u64, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, clock.clone());
     /// limiter.wait_with_jitter(&1, 1, Duration::from_millis(5))?;
     /// limiter.wait_with_jitter(&1, 1, Duration::from_millis(5))?;
     /// assert!((1_100_000_000..=1_105_000_000).contains(&clock.now().as_u64()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn wait_with_jitter(
+    pub fn wait_with_jitter<Q>(
         &self,
-        key: &K,
+        key: &Q,
         n: u64,
         jitter: Duration,
-    ) -> Result<Decision, CostError> {
+    ) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         wait::block(&self.clock, || self.acquire(key, n), jitter)
     }
 
@@ -284,15 +320,19 @@ where
     /// use slidegate::{clock::{Clock, Nanos, TokioClock}, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
-    /// limiter.until_ready(&"host", 1).await?;
-    /// limiter.until_ready(&"host", 1).await?;
+    /// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// limiter.until_ready("host", 1).await?;
+    /// limiter.until_ready("host", 1).await?;
     /// assert_eq!(limiter.clock().now(), Nanos(1_100_000_000));
     /// # Ok(())
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
-    pub async fn until_ready(&self, key: &K, n: u64) -> Result<Decision, CostError> {
+    pub async fn until_ready<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         self.until_ready_with_jitter(key, n, Duration::ZERO).await
     }
 
@@ -305,7 +345,7 @@ where
     /// use slidegate::{clock::{Clock, TokioClock}, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
+    /// let limiter = KeyedLimiter::<u64, _>::with_clock(Quota::new(1, Duration::from_secs(1))?, TokioClock::new());
     /// limiter.until_ready_with_jitter(&7, 1, Duration::from_millis(5)).await?;
     /// limiter.until_ready_with_jitter(&7, 1, Duration::from_millis(5)).await?;
     /// assert!(limiter.clock().now().as_u64() >= 1_100_000_000);
@@ -313,12 +353,16 @@ where
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
-    pub async fn until_ready_with_jitter(
+    pub async fn until_ready_with_jitter<Q>(
         &self,
-        key: &K,
+        key: &Q,
         n: u64,
         jitter: Duration,
-    ) -> Result<Decision, CostError> {
+    ) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         wait::ready(&self.clock, || self.acquire(key, n), jitter).await
     }
 
@@ -328,7 +372,7 @@ where
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::new(Quota::new(5, Duration::from_secs(1))?);
+    /// let limiter = KeyedLimiter::<u64>::new(Quota::new(5, Duration::from_secs(1))?);
     /// limiter.check(&1);
     /// limiter.check(&2);
     /// limiter.check(&1);
@@ -367,8 +411,8 @@ where
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(5, Duration::from_secs(1))?, clock.clone());
-    /// limiter.check(&"a");
+    /// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(5, Duration::from_secs(1))?, clock.clone());
+    /// limiter.check("a");
     /// assert_eq!(limiter.retain_recent(), 0); // "a" is still in its window
     /// clock.advance(Duration::from_millis(1100));
     /// assert_eq!(limiter.retain_recent(), 1);
@@ -386,8 +430,8 @@ where
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::new();
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(5, Duration::from_secs(1))?, clock.clone());
-    /// limiter.check(&"a");
+    /// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(5, Duration::from_secs(1))?, clock.clone());
+    /// limiter.check("a");
     /// clock.advance(Duration::from_secs(2));
     /// limiter.retain_recent();
     /// assert_eq!(limiter.evictions(), 1);
@@ -404,7 +448,7 @@ where
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::builder(Quota::new(5, Duration::from_secs(1))?)
+    /// let limiter = KeyedLimiter::<u64>::builder(Quota::new(5, Duration::from_secs(1))?)
     ///     .clock(ManualClock::new())
     ///     .max_keys(2)
     ///     .build();
@@ -437,17 +481,21 @@ where
     /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
-    /// limiter.quota_for(&"vip", Quota::new(100, Duration::from_secs(1))?);
+    /// let limiter = KeyedLimiter::<String, _>::with_clock(Quota::new(2, Duration::from_secs(1))?, ManualClock::new());
+    /// limiter.quota_for("vip", Quota::new(100, Duration::from_secs(1))?);
     /// for _ in 0..100 {
-    ///     assert!(limiter.check(&"vip").is_allowed());
+    ///     assert!(limiter.check("vip").is_allowed());
     /// }
-    /// assert_eq!(limiter.check(&"guest").limit(), 2);
+    /// assert_eq!(limiter.check("guest").limit(), 2);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
-    pub fn quota_for(&self, key: &K, quota: Quota) {
+    pub fn quota_for<Q>(&self, key: &Q, quota: Quota)
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         self.overrides.update(self.store.hasher(), |map| {
-            map.insert(key.clone(), Rule::new(quota));
+            map.insert(K::from(key.to_owned()), Rule::new(quota));
         });
     }
 
@@ -458,14 +506,18 @@ where
     /// use slidegate::{KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let limiter = KeyedLimiter::new(Quota::new(2, Duration::from_secs(1))?);
-    /// limiter.quota_for(&"k", Quota::new(9, Duration::from_secs(1))?);
-    /// assert_eq!(limiter.quota(&"k").limit(), 9);
-    /// limiter.clear_quota_for(&"k");
-    /// assert_eq!(limiter.quota(&"k").limit(), 2);
+    /// let limiter = KeyedLimiter::<String>::new(Quota::new(2, Duration::from_secs(1))?);
+    /// limiter.quota_for("k", Quota::new(9, Duration::from_secs(1))?);
+    /// assert_eq!(limiter.quota("k").limit(), 9);
+    /// limiter.clear_quota_for("k");
+    /// assert_eq!(limiter.quota("k").limit(), 2);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
-    pub fn clear_quota_for(&self, key: &K) {
+    pub fn clear_quota_for<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.overrides.update(self.store.hasher(), |map| {
             map.remove(key);
         });
@@ -478,11 +530,15 @@ where
     /// use std::time::Duration;
     ///
     /// let quota = Quota::new(2, Duration::from_secs(1))?;
-    /// let limiter = KeyedLimiter::new(quota);
-    /// assert_eq!(limiter.quota(&"anyone"), quota);
+    /// let limiter = KeyedLimiter::<String>::new(quota);
+    /// assert_eq!(limiter.quota("anyone"), quota);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
-    pub fn quota(&self, key: &K) -> Quota {
+    pub fn quota<Q>(&self, key: &Q) -> Quota
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.rule_for(key, &epoch::pin()).quota
     }
 
@@ -506,22 +562,30 @@ where
     /// use slidegate::{check_all, KeyedLimiter, Quota};
     /// use std::time::Duration;
     ///
-    /// let per_user = KeyedLimiter::new(Quota::new(1, Duration::from_secs(1))?);
-    /// let per_tenant = KeyedLimiter::new(Quota::new(10, Duration::from_secs(1))?);
-    /// let (user, tenant) = (per_user.key(&"alice"), per_tenant.key(&42u32));
+    /// let per_user = KeyedLimiter::<String>::new(Quota::new(1, Duration::from_secs(1))?);
+    /// let per_tenant = KeyedLimiter::<u32>::new(Quota::new(10, Duration::from_secs(1))?);
+    /// let (user, tenant) = (per_user.key("alice"), per_tenant.key(&42u32));
     /// assert!(check_all(&[(&user, 1), (&tenant, 1)])?.is_allowed());
     /// assert!(!check_all(&[(&user, 1), (&tenant, 1)])?.is_allowed());
     /// assert_eq!(per_tenant.peek(&42).remaining(), 9); // the denial charged no one
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn key<'a>(&'a self, key: &'a K) -> KeyLimit<'a, K, C, S> {
+    pub fn key<'a, Q>(&'a self, key: &'a Q) -> KeyLimit<'a, K, C, S, Q>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         KeyLimit::new(self, key)
     }
 
     /// The total cost ever admitted to `key`'s current entry, wrapping at 2³² (0 if it holds
     /// none). For tests.
     #[doc(hidden)]
-    pub fn admitted_total(&self, key: &K) -> u64 {
+    pub fn admitted_total<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let guard = epoch::pin();
         let hash = self.store.hash(key);
         self.store
@@ -531,7 +595,11 @@ where
 
     /// The rule for `key`: its override, else the default.
     #[inline]
-    fn rule_for<'g>(&'g self, key: &K, guard: &'g Guard) -> &'g Rule {
+    fn rule_for<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> &'g Rule
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.overrides.get(key, guard).unwrap_or(&self.rule)
     }
 
@@ -539,7 +607,11 @@ where
     /// that the decision is returned as it is made: moved through a shared path's tuples and
     /// options it was copied with store-forwarding stalls.
     #[inline]
-    fn acquire<R: Outcome>(&self, key: &K, n: u64) -> R {
+    fn acquire<Q, R: Outcome>(&self, key: &Q, n: u64) -> R
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let guard = &epoch::pin();
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
@@ -570,15 +642,19 @@ where
     /// check was more than twice as slow (`keyed_allowed`). It returns what `acquire`
     /// returns (see [`Outcome`]).
     #[inline(never)]
-    fn acquire_other<'g, R: Outcome>(
+    fn acquire_other<'g, Q, R: Outcome>(
         &'g self,
-        key: &K,
+        key: &Q,
         hash: u64,
         n: u64,
         mut entry: &'g Entry<K>,
         mut rule: &'g Rule,
         guard: &'g Guard,
-    ) -> R {
+    ) -> R
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let now = || self.clock.now().0;
         loop {
             if let Some((decision, _)) = entry.state().check(rule, now, n, Op::Charge) {
@@ -595,12 +671,16 @@ where
     /// Judges `n` on `key`'s live entry and, if allowed, reserves it for `check_all`.
     /// Returns the decision and, when allowed, the entry's state (alive while `guard` is)
     /// with the reservation's ticket.
-    fn reserve<'g>(
+    fn reserve<'g, Q>(
         &'g self,
-        key: &K,
+        key: &Q,
         n: u64,
         guard: &'g Guard,
-    ) -> Result<(Decision, Option<ReservedState<'g>>), CostError> {
+    ) -> Result<(Decision, Option<ReservedState<'g>>), CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let hash = self.store.hash(key);
         let mut lookup = true;
         loop {
@@ -616,12 +696,16 @@ where
     /// its quota's shape (absent, evicted, or its quota changed shape), which is left as it
     /// is. Making one may evict another key (at `max_keys`), which `check_all` does only
     /// once every other limit has admitted.
-    fn reserve_existing<'g>(
+    fn reserve_existing<'g, Q>(
         &'g self,
-        key: &K,
+        key: &Q,
         n: u64,
         guard: &'g Guard,
-    ) -> Result<Option<(Decision, Option<ReservedState<'g>>)>, CostError> {
+    ) -> Result<Option<(Decision, Option<ReservedState<'g>>)>, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
@@ -649,14 +733,18 @@ where
     /// entry found by a lookup (if `lookup`), else by the writer path, which inserts it if
     /// need be, in the shape of the key's quota as published when its lock is taken.
     #[inline]
-    fn entry_for<'g>(
+    fn entry_for<'g, Q>(
         &'g self,
-        key: &K,
+        key: &Q,
         hash: u64,
         n: u64,
         lookup: bool,
         guard: &'g Guard,
-    ) -> Result<(&'g Entry<K>, &'g Rule), CostError> {
+    ) -> Result<(&'g Entry<K>, &'g Rule), CostError>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let mut rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let found = if lookup {
@@ -683,7 +771,11 @@ where
     }
 
     /// What a check of `n` on `key` would decide now, without writing anything (a peek).
-    fn judge_only(&self, key: &K, n: u64, guard: &Guard) -> Result<Decision, CostError> {
+    fn judge_only<Q>(&self, key: &Q, n: u64, guard: &Guard) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let rule = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
@@ -703,7 +795,11 @@ where
     /// The writer path: `key`'s live entry, inserted if need be, of the shape of the key's
     /// quota as published when the store's lock is taken.
     #[cold]
-    fn insert<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> &'g Entry<K> {
+    fn insert<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> &'g Entry<K>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let shape = || Shape::of(self.rule_for(key, guard));
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)

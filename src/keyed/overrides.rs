@@ -1,5 +1,6 @@
 //! Per-key quotas, published while checks run.
 
+use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 use std::collections::HashMap;
 
@@ -29,7 +30,11 @@ where
     }
 
     #[inline]
-    pub(super) fn get<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g Rule> {
+    pub(super) fn get<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> Option<&'g Rule>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         // Acquire: pairs with the Release in `update`, so the map's contents are visible.
         let map = self.map.load(Ordering::Acquire, guard);
         if map.is_null() {

@@ -43,6 +43,7 @@
 //!   active of them. [`Store::retain_recent`] sweeps the whole table in chunks, releasing the
 //!   lock between chunks. No full scan ever runs under the lock.
 
+use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Pointer, Shared};
@@ -146,7 +147,11 @@ where
     }
 
     #[inline]
-    pub(crate) fn hash(&self, key: &K) -> u64 {
+    pub(crate) fn hash<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.hasher.hash_one(key)
     }
 
@@ -186,7 +191,11 @@ where
     /// The entry of `key`, if the store holds one. Lock-free; writes nothing shared. The entry
     /// may be retired (its ring says so); the caller then goes to [`Store::get_or_insert`].
     #[inline]
-    pub(crate) fn get<'g>(&self, key: &K, hash: u64, guard: &'g Guard) -> Option<&'g Entry<K>> {
+    pub(crate) fn get<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Entry<K>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.find(self.table(guard), key, hash, guard)
             // SAFETY: non-null slots point to entries freed only by `defer_destroy` after being
             // unlinked, so not before `guard` is dropped.
@@ -196,13 +205,17 @@ where
     /// The slot index and pointer of `key`'s entry in `table`, probing from its home slot to
     /// the first empty (not tombstone) slot.
     #[inline]
-    fn find<'g>(
+    fn find<'g, Q>(
         &self,
         table: &Table<K>,
-        key: &K,
+        key: &Q,
         hash: u64,
         guard: &'g Guard,
-    ) -> Option<(usize, Shared<'g, Entry<K>>)> {
+    ) -> Option<(usize, Shared<'g, Entry<K>>)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let mut i = table.home(hash);
         let fragment = fragment(hash);
         for _ in 0..=table.mask {
@@ -216,7 +229,7 @@ where
             } else if slot.tag() == fragment {
                 // SAFETY: as in `get`: linked entries are freed only by `defer_destroy`.
                 let entry = unsafe { slot.deref() };
-                if entry.hash() == hash as u32 && entry.key == *key {
+                if entry.hash() == hash as u32 && entry.key.borrow() == key {
                     return Some((i, slot));
                 }
             }
@@ -230,14 +243,18 @@ where
     /// under the lock, so the key's quota it reads is the latest published, and a caller that
     /// read an older quota cannot replace an entry of the newer shape. `now` is the time idle
     /// entries are judged at. Takes the writer lock.
-    pub(crate) fn get_or_insert<'g>(
+    pub(crate) fn get_or_insert<'g, Q>(
         &self,
-        key: &K,
+        key: &Q,
         hash: u64,
         shape: impl FnOnce() -> Shape,
         now: u64,
         guard: &'g Guard,
-    ) -> &'g Entry<K> {
+    ) -> &'g Entry<K>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let mut writer = self.lock();
         let shape = shape();
         let table = self.table(guard);
@@ -293,8 +310,12 @@ where
     }
 
     /// A new entry for `key`, tagged with its hash's fragment, not yet linked.
-    fn fresh<'g>(key: &K, hash: u64, shape: Shape, guard: &'g Guard) -> Shared<'g, Entry<K>> {
-        Owned::<Entry<K>>::init((hash, key.clone(), shape))
+    fn fresh<'g, Q>(key: &Q, hash: u64, shape: Shape, guard: &'g Guard) -> Shared<'g, Entry<K>>
+    where
+        K: From<Q::Owned>,
+        Q: ToOwned + ?Sized,
+    {
+        Owned::<Entry<K>>::init((hash, K::from(key.to_owned()), shape))
             .with_tag(fragment(hash))
             .into_shared(guard)
     }

@@ -952,7 +952,7 @@ async fn check_all(
             let handles: Vec<_> = list
                 .iter()
                 .map(|(l, k, _)| match l {
-                    Limiter::Memory(l) => l.key(k),
+                    Limiter::Memory(l) => l.key(*k),
                     Limiter::Redis(_) => unreachable!("one backend per rule set"),
                 })
                 .collect();

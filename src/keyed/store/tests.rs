@@ -199,7 +199,7 @@ fn entries_of_every_shape_and_key_layout_keep_their_words() {
             Shape::Gcra(gcra),
         ];
         for shape in shapes {
-            let store = Store::new(ahash::RandomState::new(), usize::MAX);
+            let store = Store::<K, _>::new(ahash::RandomState::new(), usize::MAX);
             let guard = epoch::pin();
             let rule = crate::algo::Rule::new(
                 crate::Quota::new(4, core::time::Duration::from_nanos(40)).expect("valid"),
