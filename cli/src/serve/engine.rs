@@ -17,6 +17,7 @@
 //!   sum.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use axum::body::Bytes;
 use slidegate::clock::{Clock, ManualClock, Nanos, QuantaClock};
 use slidegate::http::fields::{Fields, PolicyName, retry_after};
 use slidegate::redis::{Connection, Policy as RedisPolicy, RedisLimiter};
@@ -213,7 +215,8 @@ pub(crate) struct Status {
     /// When over: how long until the request would be admitted; `None` if never (the cost
     /// is above the limit).
     pub(crate) retry_after: Option<Duration>,
-    key: String,
+    /// Its counter key's index in the request's keys.
+    key: usize,
     /// What the request charges this rule and key is above its limit.
     never: bool,
 }
@@ -317,20 +320,49 @@ impl Engine {
         &self,
         request: &Request<'_, D>,
         cost: u64,
-        render: impl FnOnce(&RuleSet, Result<Outcome, Invalid>) -> R,
+        render: impl FnOnce(&RuleSet, Result<&Outcome, Invalid>) -> R,
+    ) -> R {
+        thread_local! {
+            static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::new()) };
+        }
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => self.decide_in(&mut scratch, request, cost, render),
+            // A decision made inside `render`.
+            Err(_) => self.decide_in(&mut Scratch::new(), request, cost, render),
+        })
+    }
+
+    fn decide_in<D: Descriptor, R>(
+        &self,
+        scratch: &mut Scratch,
+        request: &Request<'_, D>,
+        cost: u64,
+        render: impl FnOnce(&RuleSet, Result<&Outcome, Invalid>) -> R,
     ) -> R {
         let set = self.rules.load();
-        let outcome = set.resolve(request, cost, &self.backend).map(|items| {
-            // Polled once where it stands: `now_or_never` took the future by value, a copy
-            // of all of it (sized for the Redis calls it may await) on every decision.
-            let decision = pin!(decide(&set, items, cost));
-            let Poll::Ready(outcome) = decision.poll(&mut Context::from_waker(Waker::noop()))
-            else {
-                unreachable!("in-memory limiters never wait")
-            };
-            outcome.expect("in-memory limiters never fail")
-        });
-        render(&set, outcome)
+        let outcome = set
+            .resolve(request, cost, &self.backend, scratch)
+            .map(|mut items| {
+                if let Some(outcome) = decide_one(&set, &mut items, &scratch.keys, cost) {
+                    return outcome;
+                }
+                // Polled once where it stands: `now_or_never` took the future by value, a copy
+                // of all of it (sized for the Redis calls it may await) on every decision.
+                let decision = pin!(decide(&set, items, &scratch.keys, cost));
+                let Poll::Ready(outcome) = decision.poll(&mut Context::from_waker(Waker::noop()))
+                else {
+                    unreachable!("in-memory limiters never wait")
+                };
+                outcome.expect("in-memory limiters never fail")
+            });
+        match outcome {
+            Ok(o) => {
+                let answer = render(&set, Ok(&o));
+                scratch.recycle(o.statuses);
+                answer
+            }
+            Err(e) => render(&set, Err(e)),
+        }
     }
 
     /// Decides through Redis.
@@ -340,11 +372,12 @@ impl Engine {
         cost: u64,
     ) -> (Arc<RuleSet>, Result<Result<Outcome, StoreError>, Invalid>) {
         let set = self.rules.load_full();
-        let items = match set.resolve(request, cost, &self.backend) {
+        let mut scratch = Scratch::new();
+        let items = match set.resolve(request, cost, &self.backend, &mut scratch) {
             Ok(items) => items,
             Err(e) => return (set, Err(e)),
         };
-        let outcome = decide(&set, items, cost).await;
+        let outcome = decide(&set, items, &scratch.keys, cost).await;
         (set, Ok(outcome))
     }
 
@@ -362,14 +395,15 @@ impl Engine {
         let set = self.rules.load_full();
         let mut resolved = Vec::with_capacity(requests.len());
         for (i, (request, cost)) in requests.iter().enumerate() {
-            match set.resolve(request, *cost, &self.backend) {
-                Ok(items) => resolved.push((items, *cost)),
+            let mut scratch = Scratch::new();
+            match set.resolve(request, *cost, &self.backend, &mut scratch) {
+                Ok(items) => resolved.push((items, scratch, *cost)),
                 Err(e) => return (set, Err((i, e))),
             }
         }
         let mut outcomes = Vec::with_capacity(resolved.len());
-        for (items, cost) in resolved {
-            match decide(&set, items, cost).await {
+        for (items, scratch, cost) in resolved {
+            match decide(&set, items, &scratch.keys, cost).await {
                 Ok(o) => outcomes.push(o),
                 Err(e) => return (set, Ok(Err(e))),
             }
@@ -418,6 +452,7 @@ impl RuleSet {
         request: &Request<'_, D>,
         cost: u64,
         backend: &Backend,
+        scratch: &mut Scratch,
     ) -> Result<Vec<Status>, Invalid> {
         if cost == 0 {
             return Err(Invalid::new("cost", "must be at least 1"));
@@ -452,13 +487,15 @@ impl RuleSet {
                     }
                     None => self.key_overrides.get(*key).unwrap_or(&self.key_default),
                 };
-                let mut k = String::with_capacity(key.len() + 1);
+                let mut items = scratch.statuses(indices.len());
+                // One key for every rule.
+                let (at, k) = scratch.key(key.len() + 1);
                 k.push('k');
                 k.push_str(key);
-                Ok(indices
-                    .iter()
-                    .map(|&i| Status::new(Some(Which::Rule(i)), k.clone()))
-                    .collect())
+                for &i in indices {
+                    items.push(Status::new(Some(Which::Rule(i)), at));
+                }
+                Ok(items)
             }
             Request::Descriptors {
                 domain,
@@ -477,7 +514,7 @@ impl RuleSet {
                     ));
                 }
                 let level = self.domains.get(*domain);
-                let mut items = Vec::with_capacity(descriptors.len());
+                let mut items = scratch.statuses(descriptors.len());
                 for (i, d) in descriptors.iter().enumerate() {
                     let at = |f: &str| format!("descriptors[{i}].{f}");
                     let entries = d.entries();
@@ -496,8 +533,9 @@ impl RuleSet {
                             "must not be empty",
                         ));
                     }
-                    let key = descriptor_key(domain, entries.clone());
-                    if key.len() > MAX_KEY_BYTES {
+                    let (key, k) = scratch.key(0);
+                    descriptor_key(k, domain, entries.clone());
+                    if k.len() > MAX_KEY_BYTES {
                         return Err(Invalid::new(
                             at("entries"),
                             format!("longer than {MAX_KEY_BYTES} bytes in all"),
@@ -671,8 +709,11 @@ impl Rule {
             buf[n..n + part.len()].copy_from_slice(part);
             n += part.len();
         }
-        axum::http::HeaderValue::from_bytes(&buf[..n])
-            .expect("a policy name and digits are visible ASCII")
+        let item = Bytes::copy_from_slice(&buf[..n]);
+        // SAFETY: the prefix is the library's own item (a HeaderValue, visible ASCII), then
+        // ASCII digits and ";t=": valid UTF-8 and a valid field value. Validating it again
+        // cost a tenth of the answer's header fields.
+        unsafe { axum::http::HeaderValue::from_maybe_shared_unchecked(item) }
     }
 }
 
@@ -714,9 +755,10 @@ fn redis_prefix(root: &str, spec: &RuleSpec) -> String {
 /// A descriptor's counter key: the domain and entries, each length-prefixed so no two
 /// descriptors share a key.
 fn descriptor_key<'a>(
+    key: &mut String,
     domain: &str,
     entries: impl Iterator<Item = (&'a str, &'a str)> + Clone,
-) -> String {
+) {
     let len = 1
         + domain.len()
         + entries
@@ -724,7 +766,7 @@ fn descriptor_key<'a>(
             .map(|(k, v)| k.len() + v.len() + 8)
             .sum::<usize>()
         + 4;
-    let mut key = String::with_capacity(len);
+    key.reserve(len);
     key.push('d');
     let mut push = |s: &str| {
         // One digit, or itoa: through `fmt` the lengths cost a tenth of a decision.
@@ -740,13 +782,62 @@ fn descriptor_key<'a>(
         push(k);
         push(v);
     }
-    key
+}
+
+/// What an in-memory decision reuses from one request to the next on a thread: the list of
+/// statuses and the counter keys' `String`s, which would otherwise be two allocations and
+/// two frees per request of one descriptor. It holds at most a request's bounds
+/// (`MAX_DESCRIPTORS` keys of up to `MAX_KEY_BYTES`) per thread.
+pub(crate) struct Scratch {
+    statuses: Vec<Status>,
+    /// The keys, `Status::key` indexing them; the first `used` are this request's.
+    keys: Vec<String>,
+    used: usize,
+}
+
+impl Scratch {
+    const fn new() -> Scratch {
+        Scratch {
+            statuses: Vec::new(),
+            keys: Vec::new(),
+            used: 0,
+        }
+    }
+
+    /// An empty list with room for `n` statuses.
+    fn statuses(&mut self, n: usize) -> Vec<Status> {
+        self.used = 0;
+        let mut list = std::mem::take(&mut self.statuses);
+        list.reserve(n);
+        list
+    }
+
+    /// The next key, empty with room for `n` bytes, and its index.
+    fn key(&mut self, n: usize) -> (usize, &mut String) {
+        let at = self.used;
+        self.used += 1;
+        if at == self.keys.len() {
+            self.keys.push(String::with_capacity(n));
+        }
+        let key = &mut self.keys[at];
+        key.clear();
+        (at, key)
+    }
+
+    /// Takes back a decided request's list.
+    fn recycle(&mut self, mut statuses: Vec<Status>) {
+        statuses.clear();
+        if statuses.capacity() <= MAX_DESCRIPTORS {
+            self.statuses = statuses;
+        }
+    }
 }
 
 /// One decision, on whichever backend the rules' limiters use.
 async fn decide(
     set: &RuleSet,
     mut statuses: Vec<Status>,
+    keys: &[String],
     cost: u64,
 ) -> Result<Outcome, StoreError> {
     // The enforcing statuses: the first apart, so the common request (one rule) allocates
@@ -761,7 +852,7 @@ async fn decide(
         else {
             continue;
         };
-        statuses[i].never = charged(&statuses, i, cost) > limit;
+        statuses[i].never = charged(&statuses, keys, i, cost) > limit;
         if !shadow {
             if statuses[i].never {
                 never = true;
@@ -779,7 +870,7 @@ async fn decide(
         allowed = false;
     } else if let (Some(i), true) = (first, more.is_empty()) {
         let s = &mut statuses[i];
-        let d = check(&rule_of(set, &s.which).limiter, &s.key, cost).await?;
+        let d = check(&rule_of(set, &s.which).limiter, &keys[s.key], cost).await?;
         allowed = d.is_allowed();
         retry = d.retry_after();
         s.apply(&d);
@@ -790,7 +881,7 @@ async fn decide(
             .map(|&i| {
                 (
                     &rule_of(set, &statuses[i].which).limiter,
-                    &statuses[i].key,
+                    &keys[statuses[i].key],
                     cost,
                 )
             })
@@ -818,7 +909,7 @@ async fn decide(
         let r = which.get(set);
         if s.never {
             // Never admitted: over (or, in shadow, would be), with no time to wait.
-            let d = peek(&r.limiter, &s.key).await?;
+            let d = peek(&r.limiter, &keys[s.key]).await?;
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
             s.retry_after = None;
@@ -829,9 +920,9 @@ async fn decide(
             }
         } else if r.spec.shadow {
             let d = if allowed {
-                check(&r.limiter, &s.key, cost).await?
+                check(&r.limiter, &keys[s.key], cost).await?
             } else {
-                peek(&r.limiter, &s.key).await?
+                peek(&r.limiter, &keys[s.key]).await?
             };
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
@@ -841,7 +932,7 @@ async fn decide(
                 d.remaining() < cost
             };
         } else if never {
-            let d = peek(&r.limiter, &s.key).await?;
+            let d = peek(&r.limiter, &keys[s.key]).await?;
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
         }
@@ -857,15 +948,51 @@ async fn decide(
     })
 }
 
+/// The common request in memory, one status whose file rule enforces and can admit its cost: its
+/// check, without the general decision's future (which answers it alike, a test holds).
+/// `None`, and `statuses` left as they were, for any other.
+fn decide_one(
+    set: &RuleSet,
+    statuses: &mut Vec<Status>,
+    keys: &[String],
+    cost: u64,
+) -> Option<Outcome> {
+    let [s] = &mut statuses[..] else {
+        return None;
+    };
+    let Some(Which::Rule(i)) = s.which else {
+        return None;
+    };
+    let r = &set.rules[i];
+    let Limiter::Memory(limiter) = &r.limiter else {
+        return None;
+    };
+    if r.spec.shadow || cost > r.spec.quota.limit() {
+        return None;
+    }
+    let d = limiter.check_n(&keys[s.key], cost).ok()?;
+    s.apply(&d);
+    r.metrics.record(s.over, false);
+    Some(Outcome {
+        allowed: d.is_allowed(),
+        statuses: std::mem::take(statuses),
+        retry_after: if d.is_allowed() {
+            None
+        } else {
+            d.retry_after()
+        },
+    })
+}
+
 /// What the request charges status `i`'s rule and key: its cost for each status with the
 /// same rule and key.
-fn charged(statuses: &[Status], i: usize, cost: u64) -> u64 {
+fn charged(statuses: &[Status], keys: &[String], i: usize, cost: u64) -> u64 {
     let s = &statuses[i];
     if statuses.len() == 1 {
         return cost;
     }
     let same = |t: &Status| {
-        t.key == s.key
+        keys[t.key] == keys[s.key]
             && match (&t.which, &s.which) {
                 (Some(Which::Rule(a)), Some(Which::Rule(b))) => a == b,
                 (Some(Which::Override(a)), Some(Which::Override(b))) => Arc::ptr_eq(a, b),
@@ -885,7 +1012,7 @@ fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
 
 impl Status {
     /// The status of a request for `which` and `key`, before it is decided.
-    fn new(which: Option<Which>, key: String) -> Status {
+    fn new(which: Option<Which>, key: usize) -> Status {
         Status {
             which,
             over: false,

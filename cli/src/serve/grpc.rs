@@ -166,7 +166,7 @@ impl RateLimitService for Service {
                 } else {
                     self.engine
                         .decide_local(&request, cost, |set, outcome| match outcome {
-                            Ok(o) => (Ok(response(set, &o)), answer(&o)),
+                            Ok(o) => (Ok(response(set, o)), answer(o)),
                             Err(e) => (Err(invalid(e)), Answer::Invalid),
                         })
                 }

@@ -368,12 +368,11 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
         // Boxed: inline, the Redis call's state would size (and so make costlier to move)
         // the future of every request, in memory too.
         let (set, outcome) = Box::pin(api.engine.decide_remote(&request, cost)).await;
-        respond(
-            &set,
-            outcome
-                .map_err(Failure::Invalid)
-                .and_then(|o| o.map_err(Failure::Store)),
-        )
+        match outcome {
+            Ok(Ok(o)) => respond(&set, Ok(&o)),
+            Ok(Err(e)) => respond(&set, Err(Failure::Store(e))),
+            Err(e) => respond(&set, Err(Failure::Invalid(e))),
+        }
     } else {
         api.engine.decide_local(&request, cost, |set, outcome| {
             respond(set, outcome.map_err(Failure::Invalid))
@@ -388,7 +387,7 @@ enum Failure {
     Store(StoreError),
 }
 
-fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answer) {
+fn respond(set: &RuleSet, outcome: Result<&Outcome, Failure>) -> (Response, Answer) {
     match outcome {
         Ok(o) => {
             let status = if o.allowed {
@@ -396,7 +395,7 @@ fn respond(set: &RuleSet, outcome: Result<Outcome, Failure>) -> (Response, Answe
             } else {
                 StatusCode::TOO_MANY_REQUESTS
             };
-            let mut res = json_body(status, reply(set, &o));
+            let mut res = json_body(status, reply(set, o));
             let [policy, limit, retry] = o.fields(set);
             let h = res.headers_mut();
             for (name, value) in [
@@ -726,10 +725,10 @@ rule = "trial"
             for (request, cost) in &requests {
                 engine.decide_local(request, *cost, |set, o| {
                     let o = o.unwrap();
-                    let mut out = Vec::with_capacity(reply_capacity(set, &o));
+                    let mut out = Vec::with_capacity(reply_capacity(set, o));
                     let room = out.capacity();
-                    write_reply(&mut out, set, &o);
-                    assert_eq!(String::from_utf8(out.clone()).unwrap(), reference(set, &o));
+                    write_reply(&mut out, set, o);
+                    assert_eq!(String::from_utf8(out.clone()).unwrap(), reference(set, o));
                     assert!(out.len() <= room, "grew past its capacity");
                     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
                     for s in value["statuses"].as_array().unwrap() {

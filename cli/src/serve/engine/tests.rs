@@ -430,3 +430,108 @@ fn a_single_rules_ratelimit_item_is_the_librarys() {
     }
     assert_eq!(fast, 3);
 }
+
+/// An answer, every field: (allowed, retry_after, [(over, shadow_over, remaining,
+/// reset_after, retry_after)]).
+type Full = (
+    bool,
+    Option<Duration>,
+    Vec<(bool, bool, u64, Duration, Option<Duration>)>,
+);
+
+fn full(o: &Outcome) -> Full {
+    (
+        o.allowed,
+        o.retry_after,
+        o.statuses
+            .iter()
+            .map(|s| {
+                (
+                    s.over,
+                    s.shadow_over,
+                    s.remaining,
+                    s.reset_after,
+                    s.retry_after,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The one-status path (`decide_one`) answers as the general decision (`decide`) does: twin
+/// engines, one deciding each way, get the same requests at the same times (every mode,
+/// costs up to the limit, admitted and denied) and give the same answer to the last field;
+/// requests it must leave to `decide` (a shadow rule, a cost above the limit, no rule) it
+/// leaves untouched.
+#[test]
+fn the_one_status_path_answers_as_the_general_decision() {
+    let modes = [
+        ("strict", "1s"),
+        ("strict-marked", "1s"),
+        ("weighted", "1s"),
+        ("exact-log", "1s"),
+        ("fixed-window", "10s"),
+        ("gcra", "1s"),
+    ];
+    let mut text = String::new();
+    for (mode, granularity) in modes {
+        text.push_str(&format!(
+            "[rules.{mode}]\nlimit = 3\nwindow = \"10s\"\ngranularity = \"{granularity}\"\nmode = \"{mode}\"\n\n[[descriptors]]\ndomain = \"api\"\nmatch = [\"{mode}\"]\nrule = \"{mode}\"\n\n"
+        ));
+    }
+    text.push_str("[rules.trial]\nlimit = 1\nwindow = \"10s\"\nshadow = true\n\n[[descriptors]]\ndomain = \"api\"\nmatch = [\"trial\"]\nrule = \"trial\"\n");
+    let (one, one_clock) = engine(&text);
+    let (general, general_clock) = engine(&text);
+    let decide_general = |set: &RuleSet, items: Vec<Status>, keys: &[String], cost| {
+        let decision = pin!(decide(set, items, keys, cost));
+        let Poll::Ready(o) = decision.poll(&mut Context::from_waker(Waker::noop())) else {
+            unreachable!("in-memory limiters never wait")
+        };
+        o.unwrap()
+    };
+    let (mut fast, mut denied, mut left) = (0, 0, 0);
+    for step in 0..192u64 {
+        let key = [
+            "strict",
+            "strict-marked",
+            "weighted",
+            "exact-log",
+            "fixed-window",
+            "gcra",
+            "trial",
+            "none",
+        ][(step / 12) as usize % 8];
+        let cost = [1, 1, 2, 1, 3, 4][step as usize % 6];
+        let request = descriptors(&[&[(key, "a")]]);
+        let (set_a, set_b) = (one.rules(), general.rules());
+        let (mut scratch_a, mut scratch_b) = (Scratch::new(), Scratch::new());
+        let mut items = set_a
+            .resolve(&request, cost, &one.backend, &mut scratch_a)
+            .unwrap();
+        let items_b = set_b
+            .resolve(&request, cost, &general.backend, &mut scratch_b)
+            .unwrap();
+        let expected = decide_general(&set_b, items_b, &scratch_b.keys, cost);
+        match decide_one(&set_a, &mut items, &scratch_a.keys, cost) {
+            Some(o) => {
+                fast += 1;
+                denied += usize::from(!o.allowed);
+                assert!(key != "trial" && key != "none" && cost <= 3, "{key} {cost}");
+                assert_eq!(full(&o), full(&expected), "step {step}: {key} cost {cost}");
+            }
+            None => {
+                left += 1;
+                assert!(key == "trial" || key == "none" || cost > 3, "{key} {cost}");
+                let o = decide_general(&set_a, items, &scratch_a.keys, cost);
+                assert_eq!(full(&o), full(&expected), "step {step}: {key} cost {cost}");
+            }
+        }
+        let pause = Duration::from_millis([100, 300, 700, 2900][step as usize % 4]);
+        one_clock.advance(pause);
+        general_clock.advance(pause);
+    }
+    assert!(
+        fast > 50 && denied > 20 && left > 40,
+        "{fast} on the one-status path ({denied} denied), {left} left"
+    );
+}
