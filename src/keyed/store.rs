@@ -38,7 +38,10 @@
 //! - **Eviction is incremental.** Every insert examines a few slots after a cursor that goes
 //!   round the table ([`SWEEP`]), evicting the entries it finds idle for a whole window
 //!   already (so that keys in steady use, idle for a moment between checks, are not
-//!   evicted and re-inserted over and over); a store at `max_keys`
+//!   evicted and re-inserted over and over). Until the first instant at which an entry
+//!   holding an admission can be stale (a window after the store's first insert, for a
+//!   store of one quota), inserts skip the sweep, which could find nothing to evict
+//!   (`Writer::quiet_until`). A store at `max_keys`
 //!   examines up to [`SAMPLE`] entries for an idle one before forcing out the least recently
 //!   active of them. [`Store::retain_recent`] sweeps the whole table in chunks, releasing the
 //!   lock between chunks. No full scan ever runs under the lock.
@@ -110,6 +113,24 @@ struct Writer {
     cursor: usize,
     /// Tombstones in the current table; with `len`, its load.
     tombstones: usize,
+    /// No entry that holds an admission can be stale (idle for a whole window already, what
+    /// a sweep evicts) before this instant: the earliest of `t + w` over every entry linked,
+    /// made at `t` with a window of `w` (`Shape::stale_after`), since its admissions are at
+    /// `t` or later. Inserts before it skip the sweep (`keyed_new_key`: the sweep's loads
+    /// were a quarter of a new key's time at a million keys); from it on, every insert
+    /// sweeps. An entry whose window holds nothing (made by a `check_all` that another limit
+    /// denied, or emptied by refunds) is stale earlier; it waits for those sweeps, or for
+    /// `max_keys` or `retain_recent`, which judge idleness at once.
+    quiet_until: u64,
+}
+
+impl Writer {
+    /// Notes an entry of `shape` made at `now`.
+    fn made(&mut self, shape: Shape, now: u64) {
+        self.quiet_until = self
+            .quiet_until
+            .min(now.saturating_add(shape.stale_after()));
+    }
 }
 
 /// The key store. `K` is `'static` because unlinked entries are dropped later, on whichever
@@ -138,6 +159,7 @@ where
             writer: Mutex::new(Writer {
                 cursor: 0,
                 tombstones: 0,
+                quiet_until: u64::MAX,
             }),
             len: AtomicUsize::new(0),
             max_keys: max_keys.max(1),
@@ -268,6 +290,7 @@ where
                 return entry;
             }
             entry.state().retire_now();
+            writer.made(shape, now);
             let fresh = Self::fresh(key, hash, shape, guard);
             // Release: publishes the fresh entry's initialisation to lookups.
             table.slots[i].store(fresh, Ordering::Release);
@@ -280,7 +303,10 @@ where
 
         // The key is absent: make room, then link a fresh entry.
         let mut table = table;
-        self.sweep(&mut writer, table, now, guard);
+        if now >= writer.quiet_until {
+            self.sweep(&mut writer, table, now, guard);
+        }
+        writer.made(shape, now);
         if self.len() >= self.max_keys {
             self.make_room(&mut writer, table, now, guard);
         }

@@ -59,6 +59,19 @@ impl Shape {
         }
     }
 
+    /// The span a state of this shape must have been idle for before an incremental sweep
+    /// evicts it ([`State::retire_stale`]): its quota's `W`, GCRA's `τ`.
+    pub(crate) fn stale_after(&self) -> u64 {
+        match *self {
+            Shape::Ring {
+                granularity,
+                buckets,
+            } => granularity.saturating_mul(buckets),
+            Shape::Log { window, .. } => window,
+            Shape::Gcra(rule) => rule.tolerance,
+        }
+    }
+
     /// The initial value of word `i` of a fresh state of this shape.
     pub(crate) fn initial(&self, i: usize) -> u64 {
         match *self {

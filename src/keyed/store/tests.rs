@@ -167,6 +167,36 @@ fn inserts_evict_only_entries_idle_for_a_whole_window() {
     assert!((0..4).all(|key| !held(&store, key)));
 }
 
+/// Inserts sweep only from the instant an entry holding an admission can first be stale: the
+/// earliest `t + W` over the entries made (the cursor stays put before it), brought forward
+/// by an entry of a shorter window.
+#[test]
+fn inserts_sweep_only_once_an_entry_can_be_stale() {
+    let cursor = |store: &Store<u32, _>| crate::sync::lock(&store.writer).cursor;
+    // SHAPE: W = 20 ns; the first entry, made at t = 5, can be stale from t = 25.
+    let store = Store::new(ahash::RandomState::new(), usize::MAX);
+    touch(&store, 0, 5);
+    for key in 1..10 {
+        touch(&store, key, 24);
+    }
+    assert_eq!(cursor(&store), 0);
+    touch(&store, 10, 25);
+    assert_eq!(cursor(&store), SWEEP);
+
+    let store = Store::new(ahash::RandomState::new(), usize::MAX);
+    touch(&store, 0, 0);
+    let short = Shape::Ring {
+        granularity: 1,
+        buckets: 2,
+    };
+    let guard = epoch::pin();
+    store.get_or_insert(&1, store.hash(&1), || short, 3, &guard);
+    touch(&store, 2, 4);
+    assert_eq!(cursor(&store), 0);
+    touch(&store, 3, 5);
+    assert_eq!(cursor(&store), SWEEP);
+}
+
 #[test]
 fn a_full_store_forces_out_the_least_recently_active_entry() {
     let store = Store::new(OneHash, 3);
