@@ -98,6 +98,8 @@ pub(crate) struct Rule {
     limit_prefix: Option<Box<[u8]>>,
     /// Its constant part of a status in the JSON answer, `"rule":…,"limit":…,"window_ms":…`.
     pub(crate) json: Box<str>,
+    /// The JSON answer up to `"remaining":` when it admits with this rule alone.
+    pub(crate) json_admitted: Box<str>,
     pub(crate) metrics: metrics::RuleMetrics,
 }
 
@@ -513,7 +515,7 @@ impl RuleSet {
                         format!("more than {MAX_DESCRIPTORS}"),
                     ));
                 }
-                let level = self.domains.get(*domain);
+                let level = rules::get(&self.domains, domain);
                 let mut items = scratch.statuses(descriptors.len());
                 for (i, d) in descriptors.iter().enumerate() {
                     let at = |f: &str| format!("descriptors[{i}].{f}");
@@ -556,16 +558,12 @@ impl RuleSet {
                     items.push(Status::new(which, key));
                 }
                 // Envoy's `replaces`: a matched rule switches off the rules it names.
-                let replaced: Vec<String> = if self.replacing {
-                    items
+                if self.replacing {
+                    let replaced: Vec<String> = items
                         .iter()
                         .filter_map(|s| s.which.as_ref())
                         .flat_map(|w| w.get(self).spec.replaces.iter().cloned())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                if !replaced.is_empty() {
+                        .collect();
                     for Status { which: w, .. } in &mut items {
                         if w.as_ref()
                             .is_some_and(|w| replaced.contains(&w.get(self).spec.display))
@@ -672,7 +670,10 @@ impl Rule {
             spec.quota.limit(),
             super::http::ceil_ms(spec.quota.window()),
         );
+        let json_admitted =
+            format!(r#"{{"allowed":true,"code":"OK","statuses":[{{"code":"OK",{json}"#);
         Ok(Rule {
+            json_admitted: json_admitted.into(),
             policy,
             limit_prefix,
             json: json.into(),

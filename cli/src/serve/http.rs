@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use slidegate::clock::Nanos;
 use slidegate::http::{RATELIMIT, RATELIMIT_POLICY};
 
-use super::engine::{self, Descriptor, Engine, Invalid, Outcome, RuleSet, StoreError};
+use super::engine::{
+    self, Descriptor, Engine, Invalid, Outcome, Rule, RuleSet, Status, StoreError,
+};
 use super::metrics::{Answer, ApiMetrics, KEYS};
 use super::reload::Reloader;
 use super::rules;
@@ -227,6 +229,16 @@ impl<'a> CheckBody<'a> {
 /// "window_ms":…`) built once with the rules. Through serde, the answer cost more
 /// instructions than the decision it reports.
 fn write_reply(out: &mut Vec<u8>, set: &RuleSet, o: &Outcome) {
+    // The common answer, admitted by one rule: its head written with the rule.
+    if let ([s], true) = (&o.statuses[..], o.allowed)
+        && let Some(which) = &s.which
+    {
+        let r = which.get(set);
+        out.extend_from_slice(r.json_admitted.as_bytes());
+        write_status_rest(out, r, s);
+        out.extend_from_slice(b"]}");
+        return;
+    }
     out.extend_from_slice(if o.allowed {
         &br#"{"allowed":true,"code":"OK""#[..]
     } else {
@@ -251,20 +263,25 @@ fn write_reply(out: &mut Vec<u8>, set: &RuleSet, o: &Outcome) {
             &br#"{"code":"OK","#[..]
         });
         out.extend_from_slice(r.json.as_bytes());
-        put_u64(out, br#","remaining":"#, s.remaining);
-        put_u64(out, br#","reset_after_ms":"#, ceil_ms(s.reset_after));
-        if let Some(wait) = s.retry_after.filter(|_| s.over) {
-            put_u64(out, br#","retry_after_ms":"#, ceil_ms(wait));
-        }
-        if r.spec.shadow {
-            out.extend_from_slice(br#","shadow":true"#);
-        }
-        if s.shadow_over {
-            out.extend_from_slice(br#","would_deny":true"#);
-        }
-        out.push(b'}');
+        write_status_rest(out, r, s);
     }
     out.extend_from_slice(b"]}");
+}
+
+/// A status after its rule's constant part: the figures, the flags, the closing brace.
+fn write_status_rest(out: &mut Vec<u8>, r: &Rule, s: &Status) {
+    put_u64(out, br#","remaining":"#, s.remaining);
+    put_u64(out, br#","reset_after_ms":"#, ceil_ms(s.reset_after));
+    if let Some(wait) = s.retry_after.filter(|_| s.over) {
+        put_u64(out, br#","retry_after_ms":"#, ceil_ms(wait));
+    }
+    if r.spec.shadow {
+        out.extend_from_slice(br#","shadow":true"#);
+    }
+    if s.shadow_over {
+        out.extend_from_slice(br#","would_deny":true"#);
+    }
+    out.push(b'}');
 }
 
 /// The JSON of `o`, in one allocation of its length: written in a per-thread buffer and

@@ -105,6 +105,19 @@ impl Node {
 /// short string in a fraction of SipHash's instructions.
 pub(crate) type Map<K, V> = HashMap<K, V, ahash::RandomState>;
 
+/// `map[key]` for a request's lookups: a map of a few entries (most levels and domains) is
+/// scanned, which costs less than hashing the key.
+pub(crate) fn get<'a, K, V>(map: &'a Map<K, V>, key: &str) -> Option<&'a V>
+where
+    K: AsRef<str> + std::borrow::Borrow<str> + Eq + std::hash::Hash,
+{
+    if map.len() <= 4 {
+        map.iter().find(|(k, _)| k.as_ref() == key).map(|(_, v)| v)
+    } else {
+        map.get(key)
+    }
+}
+
 /// The nodes of one level of a descriptor tree, by entry key.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Level {
@@ -129,7 +142,7 @@ impl Level {
 
     /// The node an entry matches: its exact value, a prefix, or the key's default.
     pub(crate) fn find(&self, key: &str, value: &str) -> Option<&Node> {
-        let nodes = self.keys.get(key)?;
+        let nodes = get(&self.keys, key)?;
         nodes
             .values
             .get(value)
@@ -304,6 +317,20 @@ mod tests {
         list.iter()
             .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
             .collect()
+    }
+
+    /// Scanned (a few entries) or hashed (more), a lookup finds each key and no other.
+    #[test]
+    fn a_lookup_finds_every_key_on_either_side_of_the_scan() {
+        for n in 0..=9 {
+            let map: Map<String, usize> = (0..n).map(|i| (format!("key{i}"), i)).collect();
+            for i in 0..n {
+                assert_eq!(get(&map, &format!("key{i}")), Some(&i), "{n} entries");
+            }
+            for absent in ["", "key", "key9x", "KEY0", "key10"] {
+                assert_eq!(get(&map, absent), None, "{absent:?} in {n} entries");
+            }
+        }
     }
 
     fn find(spec: &Spec, domain: &str, req: &[(&str, &str)]) -> Target {
