@@ -12,6 +12,9 @@
 //!   dropped outside the timing).
 //! - `keyed_2_threads/{disjoint, same_key}`: two threads on 1000 keys each, or on one key. An
 //!   iteration is one check on each thread: the time shown is wall time per pair.
+//!   `slidegate/one_thread` runs thread 0's checks alone through the same call, so two
+//!   threads' speed-up is `2 × one_thread / disjoint`; `baseline/{one_thread, disjoint}` does
+//!   the same with work that shares nothing, the speed-up the machine itself gives.
 //!
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
@@ -191,6 +194,27 @@ fn new_key(c: &mut Criterion) {
     group.finish();
 }
 
+/// Runs `check(0, i)` for `iters` iterations on this thread, through the same dynamic call as
+/// `two_threads`: the one-thread figure a two-thread pair's time is compared with.
+fn one_thread(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
+    let start = Instant::now();
+    for i in 0..iters {
+        check(0, i);
+    }
+    start.elapsed()
+}
+
+/// Work that shares nothing between threads (twenty multiply-xorshift rounds, about a keyed
+/// check's time): the speed-up the machine itself gives two threads.
+fn unshared_work(i: u64) -> u64 {
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..20 {
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+    x
+}
+
 fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_2_threads");
     configure(&mut group);
@@ -207,6 +231,48 @@ fn contended(c: &mut Criterion) {
         b.iter_custom(|iters| {
             two_threads(iters, &|t, i| {
                 let _ = black_box(ours.check(&key(t, i)));
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("slidegate", "one_thread"), |b| {
+        b.iter_custom(|iters| {
+            one_thread(iters, &|t, i| {
+                let _ = black_box(ours.check(&key(t, i)));
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("baseline", "disjoint"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|_, i| {
+                black_box(unshared_work(i));
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("baseline", "one_thread"), |b| {
+        b.iter_custom(|iters| {
+            one_thread(iters, &|_, i| {
+                black_box(unshared_work(i));
+            })
+        })
+    });
+    // The same work inside a crossbeam-epoch pin, as every keyed check takes one: the
+    // epoch's own cost to two threads (a pin every 128 tries to advance the global epoch,
+    // reading every thread's record).
+    group.bench_function(BenchmarkId::new("epoch_pin", "disjoint"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|_, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(unshared_work(i));
+                drop(guard);
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("epoch_pin", "one_thread"), |b| {
+        b.iter_custom(|iters| {
+            one_thread(iters, &|_, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(unshared_work(i));
+                drop(guard);
             })
         })
     });
