@@ -14,7 +14,8 @@
 //!   iteration is one check on each thread: the time shown is wall time per pair.
 //!   `slidegate/one_thread` runs thread 0's checks alone through the same call, so two
 //!   threads' speed-up is `2 × one_thread / disjoint`; `baseline/{one_thread, disjoint}` does
-//!   the same with work that shares nothing, the speed-up the machine itself gives.
+//!   the same with work that shares nothing, the speed-up the machine itself gives;
+//!   `slidegate/separate_limiters` gives each thread a limiter of its own.
 //!
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
@@ -238,6 +239,21 @@ fn contended(c: &mut Criterion) {
         b.iter_custom(|iters| {
             one_thread(iters, &|t, i| {
                 let _ = black_box(ours.check(&key(t, i)));
+            })
+        })
+    });
+    // Each thread its own limiter (thread t's keys in limiter t): the same checks with no
+    // table, entry or store field shared, only crossbeam-epoch's global state.
+    let separate = [slidegate(MAX_LIMIT), slidegate(MAX_LIMIT)];
+    for t in 0..2 {
+        for i in 0..keys {
+            assert!(separate[t as usize].check(&(t * keys + i)).is_allowed());
+        }
+    }
+    group.bench_function(BenchmarkId::new("slidegate", "separate_limiters"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                let _ = black_box(separate[t as usize].check(&key(t, i)));
             })
         })
     });
