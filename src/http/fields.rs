@@ -71,6 +71,27 @@ impl Fields {
     }
 }
 
+/// A `RateLimit` value of one item, `name;r=remaining;t=reset`: what [`Fields::limit`] writes
+/// for a single policy, without building the `RateLimit-Policy` buffer beside it (a decision
+/// service answering for one rule writes this on every request).
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::http::fields::{Fields, PolicyName, limit_item};
+///
+/// let name = PolicyName::new("per-user").unwrap();
+/// let one = limit_item(&name, 4, Duration::from_millis(1500)).unwrap();
+/// assert_eq!(one, "\"per-user\";r=4;t=2");
+/// let mut fields = Fields::new();
+/// fields.limit(&name, 4, Duration::from_millis(1500));
+/// assert_eq!(Some(one), fields.into_values().1);
+/// ```
+pub fn limit_item(name: &PolicyName, remaining: u64, reset: Duration) -> Option<HeaderValue> {
+    let mut out = FieldBuf::new();
+    headers::push_limit_item(&mut out, &name.0, remaining, reset, None);
+    out.value()
+}
+
 /// `Retry-After` for a wait: delay-seconds, rounded up, so a client that waits it is never
 /// early.
 pub fn retry_after(wait: Duration) -> HeaderValue {

@@ -26,9 +26,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
 use slidegate::clock::{Clock, ManualClock, Nanos, QuantaClock};
-use slidegate::http::fields::{Fields, PolicyName, retry_after};
+use slidegate::http::fields::{Fields, PolicyName, limit_item, retry_after};
 use slidegate::redis::{Connection, Policy as RedisPolicy, RedisLimiter};
 use slidegate::{Decision, KeyedLimiter, Limit, Quota};
 
@@ -93,9 +92,6 @@ pub(crate) struct Rule {
     pub(crate) field: PolicyName,
     /// Its `RateLimit-Policy` item, for the common answer that names one rule.
     policy: axum::http::HeaderValue,
-    /// The start of its `RateLimit` item, `"name";r=`, for the common answer that names one
-    /// rule; `None` if too long for [`Rule::limit_item`]'s buffer.
-    limit_prefix: Option<Box<[u8]>>,
     /// Its constant part of a status in the JSON answer, `"rule":…,"limit":…,"window_ms":…`.
     pub(crate) json: Box<str>,
     /// The JSON answer up to `"remaining":` when it admits with this rule alone.
@@ -243,12 +239,11 @@ impl Outcome {
             .iter()
             .filter_map(|s| Some((s, s.which.as_ref()?.get(set))));
         // One rule (the common answer): its policy item built once per rule, its `RateLimit`
-        // item from its prefix, without the general builder's buffers.
-        if let (Some((s, r)), None) = (ruled.next(), ruled.next())
-            && let Some(prefix) = &r.limit_prefix
-        {
+        // item alone, without the general builder's second buffer.
+        if let (Some((s, r)), None) = (ruled.next(), ruled.next()) {
             let limit = (self.allowed || s.over)
-                .then(|| Rule::limit_item(prefix, s.remaining, self.reset_of(s)));
+                .then(|| limit_item(&r.field, s.remaining, self.reset_of(s)))
+                .flatten();
             return [Some(r.policy.clone()), limit, retry];
         }
         let mut fields = Fields::new();
@@ -655,15 +650,6 @@ impl Rule {
         let mut one = Fields::new();
         one.policy(&field, spec.quota.limit(), spec.quota.window());
         let policy = one.into_values().0.ok_or("an empty RateLimit-Policy")?;
-        // The library's item for r = 0, t = 0, less its `0;t=0`.
-        let mut zero = Fields::new();
-        zero.limit(&field, 0, Duration::ZERO);
-        let item = zero.into_values().1.ok_or("an empty RateLimit")?;
-        let limit_prefix = item
-            .as_bytes()
-            .strip_suffix(b"0;t=0")
-            .filter(|p| p.len() <= LIMIT_PREFIX_MAX)
-            .map(Box::from);
         let json = format!(
             r#""rule":{},"limit":{},"window_ms":{}"#,
             serde_json::to_string(&spec.display).map_err(|e| e.to_string())?,
@@ -675,46 +661,12 @@ impl Rule {
         Ok(Rule {
             json_admitted: json_admitted.into(),
             policy,
-            limit_prefix,
             json: json.into(),
             metrics: metrics::RuleMetrics::new(&spec.display),
             field,
             limiter,
             spec,
         })
-    }
-}
-
-/// The longest `RateLimit` prefix [`Rule::limit_item`] writes on the stack.
-const LIMIT_PREFIX_MAX: usize = 96;
-
-impl Rule {
-    /// `prefix` (`"name";r=`), then `remaining;t=reset`: the item the library's `Fields`
-    /// writes (integers capped at the largest Structured Field Integer, `t` in whole seconds
-    /// rounded up; a test holds the two equal), in one copy into its `HeaderValue`.
-    fn limit_item(prefix: &[u8], remaining: u64, reset: Duration) -> axum::http::HeaderValue {
-        const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
-        let secs = reset.as_secs() + u64::from(reset.subsec_nanos() > 0);
-        let mut buf = [0u8; LIMIT_PREFIX_MAX + 40];
-        let mut n = 0;
-        for part in [
-            prefix,
-            itoa::Buffer::new()
-                .format(remaining.min(SF_INTEGER_MAX))
-                .as_bytes(),
-            b";t=",
-            itoa::Buffer::new()
-                .format(secs.min(SF_INTEGER_MAX))
-                .as_bytes(),
-        ] {
-            buf[n..n + part.len()].copy_from_slice(part);
-            n += part.len();
-        }
-        let item = Bytes::copy_from_slice(&buf[..n]);
-        // SAFETY: the prefix is the library's own item (a HeaderValue, visible ASCII), then
-        // ASCII digits and ";t=": valid UTF-8 and a valid field value. Validating it again
-        // cost a tenth of the answer's header fields.
-        unsafe { axum::http::HeaderValue::from_maybe_shared_unchecked(item) }
     }
 }
 
