@@ -91,6 +91,18 @@ fn check(limiter: &SlidingWindow<loom_tests::RecordingClock>) -> Call {
     }
 }
 
+/// The state both models start from (N = 1, G = W = 10 ns, L = 2): a unit admitted at t = 5
+/// and one at t = 15, the clock at 15; the two checks that made it.
+fn full_at_15() -> (Spec, loom_tests::Limiter, ManualClock, Vec<Call>) {
+    let spec = Spec::strict(2, 1, 10);
+    let (limiter, clock) = spec.limiter();
+    clock.set(Duration::from_nanos(5));
+    let mut pre = vec![check(&limiter)];
+    clock.set(Duration::from_nanos(15));
+    pre.push(check(&limiter));
+    (spec, limiter, clock, pre)
+}
+
 /// N = 1 (G = W = 10 ns), L = 2, a unit admitted at t = 5 and one at t = 15: the window of
 /// bucket 1 is full, and a check there is denied with the oldest bucket's leaving as its
 /// `retry_after` (the fast denial's case). Thread A refunds 1 (the oldest unit) while thread
@@ -98,12 +110,7 @@ fn check(limiter: &SlidingWindow<loom_tests::RecordingClock>) -> Call {
 #[test]
 fn a_fast_denial_racing_a_refund_is_a_sequential_answer() {
     model(|| {
-        let spec = Spec::strict(2, 1, 10);
-        let (limiter, clock) = spec.limiter();
-        clock.set(Duration::from_nanos(5));
-        let mut pre = vec![check(&limiter)];
-        clock.set(Duration::from_nanos(15));
-        pre.push(check(&limiter));
+        let (spec, limiter, _, pre) = full_at_15();
 
         let refunder = {
             let limiter = limiter.clone();
@@ -133,12 +140,7 @@ fn a_fast_denial_racing_a_refund_is_a_sequential_answer() {
 #[test]
 fn a_fast_denial_racing_a_fill_is_a_sequential_answer() {
     model(|| {
-        let spec = Spec::strict(2, 1, 10);
-        let (limiter, clock) = spec.limiter();
-        clock.set(Duration::from_nanos(5));
-        let mut pre = vec![check(&limiter)];
-        clock.set(Duration::from_nanos(15));
-        pre.push(check(&limiter));
+        let (spec, limiter, clock, pre) = full_at_15();
 
         let mover = {
             let (limiter, clock) = (limiter.clone(), clock.clone());
