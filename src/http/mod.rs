@@ -461,16 +461,22 @@ impl<P: Policies> Shared<P> {
         // limiter left it rather than moved into a call.
         if let Ok(v) = &verdict {
             if v.denied_by.is_none() && !v.degraded {
-                let fields = if self.headers_on_allowed {
-                    self.fields(self.policies.metas(), v)
-                } else {
-                    Fields::default()
-                };
-                self.metrics.allowed(self.since(start));
-                return Outcome::Pass(fields);
+                return self.admit(v, start);
             }
         }
         self.conclude_other(verdict, start)
+    }
+
+    /// An admitted request passed on: its fields (when configured) and its metrics.
+    #[inline(always)]
+    fn admit(&self, verdict: &Verdict, start: Nanos) -> Outcome {
+        let fields = if self.headers_on_allowed {
+            self.fields(self.policies.metas(), verdict)
+        } else {
+            Fields::default()
+        };
+        self.metrics.allowed(self.since(start));
+        Outcome::Pass(fields)
     }
 
     /// [`Shared::conclude`] for a denial, a degraded verdict or a limiter error.
@@ -492,16 +498,10 @@ impl<P: Policies> Shared<P> {
         if verdict.degraded {
             self.metrics.degraded_limiter();
         }
-        let metas = self.policies.metas();
         let Some(bound) = verdict.denied_by else {
-            let fields = if self.headers_on_allowed {
-                self.fields(metas, &verdict)
-            } else {
-                Fields::default()
-            };
-            self.metrics.allowed(self.since(start));
-            return Outcome::Pass(fields);
+            return self.admit(&verdict, start);
         };
+        let metas = self.policies.metas();
         let name = &metas[bound].name;
         telemetry::denied(&self.metrics.layer, name, verdict.retry_after, self.shadow);
         self.metrics.denied(bound, self.shadow);
