@@ -47,7 +47,7 @@ use http::header::{CONTENT_TYPE, HeaderName, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 
-use crate::clock::{Clock, Nanos, QuantaClock};
+use crate::sync::Tsc;
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -103,8 +103,9 @@ struct Shared<P> {
     on_limiter_error: OnLimiterError,
     denial: Arc<DenialFn>,
     metrics: Metrics,
-    /// Times decisions for the latency histogram (a TSC read, not a system call).
-    clock: QuantaClock,
+    /// Times decisions for the latency histogram: raw time-stamp-counter readings, only
+    /// their difference scaled to nanoseconds.
+    clock: Tsc,
     /// The last `RateLimit-Policy` built, and the quotas it was built for.
     policy_cache: OnceLock<(Vec<(u64, Duration)>, HeaderValue)>,
 }
@@ -135,7 +136,7 @@ impl<P: Policies> RateLimitLayer<P> {
                 on_limiter_error: OnLimiterError::Deny(StatusCode::SERVICE_UNAVAILABLE),
                 denial: Arc::new(problem_json),
                 metrics,
-                clock: QuantaClock::new(),
+                clock: Tsc::new(),
                 policy_cache: OnceLock::new(),
             }),
         }
@@ -321,8 +322,8 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let start = self.shared.clock.now();
         let shared = &*self.shared;
+        let start = shared.start();
         // Only a subscriber that records the span gets one, and otherwise not even a disabled
         // span: creating, entering and dropping one costs its `log` fallback (tracing's `log`
         // feature, which axum's defaults turn on) a tenth of the layer's time per request.
@@ -341,7 +342,7 @@ where
             Ok(keys) => keys,
             Err(status) => {
                 drop(entered);
-                shared.metrics.latency(shared.since(start));
+                shared.latency(start);
                 return respond(status_only(status));
             }
         };
@@ -456,7 +457,7 @@ impl<P: Policies> Shared<P> {
     /// What to do with a request, given its policies' verdict; records the request's
     /// metrics, with the time since `start` as the decision's latency.
     #[inline(always)]
-    fn conclude(&self, verdict: Result<Verdict, LimiterError>, start: Nanos) -> Outcome {
+    fn conclude(&self, verdict: Result<Verdict, LimiterError>, start: Option<u64>) -> Outcome {
         // An admission is decided here, in the caller: the verdict is read where the
         // limiter left it rather than moved into a call.
         if let Ok(v) = &verdict {
@@ -469,19 +470,26 @@ impl<P: Policies> Shared<P> {
 
     /// An admitted request passed on: its fields (when configured) and its metrics.
     #[inline(always)]
-    fn admit(&self, verdict: &Verdict, start: Nanos) -> Outcome {
+    fn admit(&self, verdict: &Verdict, start: Option<u64>) -> Outcome {
         let fields = if self.headers_on_allowed {
             self.fields(self.policies.metas(), verdict)
         } else {
             Fields::default()
         };
-        self.metrics.allowed(self.since(start));
+        if let Some(start) = start {
+            let nanos = self.clock.delta_as_nanos(start, self.clock.raw());
+            self.metrics.allowed(nanos);
+        }
         Outcome::Pass(fields)
     }
 
     /// [`Shared::conclude`] for a denial, a degraded verdict or a limiter error.
     #[inline(never)]
-    fn conclude_other(&self, verdict: Result<Verdict, LimiterError>, start: Nanos) -> Outcome {
+    fn conclude_other(
+        &self,
+        verdict: Result<Verdict, LimiterError>,
+        start: Option<u64>,
+    ) -> Outcome {
         let verdict = match verdict {
             Ok(verdict) => verdict,
             Err(error) => {
@@ -491,7 +499,7 @@ impl<P: Policies> Shared<P> {
                     OnLimiterError::Allow => Outcome::Pass(Fields::default()),
                     OnLimiterError::Deny(status) => Outcome::Respond(status_only(status)),
                 };
-                self.metrics.latency(self.since(start));
+                self.latency(start);
                 return outcome;
             }
         };
@@ -519,13 +527,23 @@ impl<P: Policies> Shared<P> {
             map.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after));
             Outcome::Respond(response)
         };
-        self.metrics.latency(self.since(start));
+        self.latency(start);
         outcome
     }
 
-    /// Nanoseconds from `start` to now, on the layer's clock.
-    fn since(&self, start: Nanos) -> u64 {
-        self.clock.now().0.saturating_sub(start.0)
+    /// The start of a decision's timing: the time-stamp counter now, or `None` when no
+    /// recorder would take the latency (the clock is then not read at all).
+    #[inline(always)]
+    fn start(&self) -> Option<u64> {
+        telemetry::recording().then(|| self.clock.raw())
+    }
+
+    /// Records the latency of a decision timed from `start`, if it was timed.
+    fn latency(&self, start: Option<u64>) {
+        if let Some(start) = start {
+            self.metrics
+                .latency(self.clock.delta_as_nanos(start, self.clock.raw()));
+        }
     }
 
     /// The header fields for `verdict`: every policy the request was checked against in

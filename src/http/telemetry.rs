@@ -7,7 +7,7 @@
 use core::time::Duration;
 use std::sync::Arc;
 
-use metrics::{Key, Label, Level, Metadata};
+use metrics::{Key, Label, Level, Metadata, NoopRecorder, Recorder};
 
 use crate::http::key::KeyError;
 use crate::http::limiter::Meta;
@@ -115,6 +115,29 @@ impl Metrics {
     }
 }
 
+/// Whether a metric recorded now would reach a recorder: `false` when `metrics` would hand
+/// it to its no-op recorder (none installed, globally or on this thread). The layer then
+/// neither reads the clock to time its decision nor visits the recorder for an admission.
+///
+/// `metrics` does not say which recorder is current, so the one it hands out is compared
+/// with the no-op recorder by vtable. Equal vtables mean the same methods (the same drop,
+/// size and function pointers), so a recorder whose vtable is the no-op one's does nothing
+/// with what it is given: skipping it changes nothing. Vtables are not unique (each codegen
+/// unit may hold a copy), so the comparison can miss and say `true` for the no-op recorder:
+/// the request is then timed and recorded as before, at no loss but the time.
+#[inline]
+pub(crate) fn recording() -> bool {
+    metrics::with_recorder(|recorder| {
+        let noop: &dyn Recorder = &NoopRecorder;
+        // Both pointers given one address, so only their vtables are compared.
+        let at = core::ptr::NonNull::<u8>::dangling().as_ptr().addr();
+        !core::ptr::eq(
+            (recorder as *const dyn Recorder).with_addr(at),
+            (noop as *const dyn Recorder).with_addr(at),
+        )
+    })
+}
+
 /// A policy could not extract its key: a `WARN` event.
 pub(crate) fn key_missing(policy: &str, error: &KeyError) {
     tracing::warn!(target: TARGET, policy, %error, "rate-limit key not extracted");
@@ -135,4 +158,17 @@ pub(crate) fn denied(layer: &str, policy: &str, retry_after: Duration, shadow: b
         shadow,
         "request over its rate limit"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::DebuggingRecorder;
+
+    use super::recording;
+
+    #[test]
+    fn a_recorder_on_this_thread_is_recording() {
+        let recorder = DebuggingRecorder::new();
+        assert!(metrics::with_local_recorder(&recorder, recording));
+    }
 }
