@@ -15,10 +15,49 @@ use core::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
+
+use crate::http::{RATELIMIT, RATELIMIT_POLICY};
 
 /// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1).
 pub(crate) const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// The rate-limit header fields of one response (`Retry-After`, on denials only, is added
+/// where the denial is built: an admitted request's future carries no room for it). Public
+/// in this private module, since a variant of [`ResponseFuture`](super::ResponseFuture)
+/// holds it.
+#[derive(Default)]
+pub struct Fields {
+    pub(crate) policy: Option<HeaderValue>,
+    pub(crate) limit: Option<HeaderValue>,
+}
+
+impl Fields {
+    pub(crate) fn take(&mut self) -> Fields {
+        core::mem::take(self)
+    }
+
+    #[inline(always)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.policy.is_none() && self.limit.is_none()
+    }
+
+    pub(crate) fn add_to(self, headers: &mut HeaderMap) {
+        if self.is_empty() {
+            return;
+        }
+        // One growth of the map at most, not one per field.
+        headers.reserve(2);
+        // Appended, not inserted: a field another layer wrote stays, and lists split over
+        // field lines are one list (RFC 9651 §3.1).
+        if let Some(policy) = self.policy {
+            headers.append(RATELIMIT_POLICY, policy);
+        }
+        if let Some(limit) = self.limit {
+            headers.append(RATELIMIT, limit);
+        }
+    }
+}
 
 /// Whole seconds in `d`, rounded up: a client told to wait this long never comes back early.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
