@@ -1,18 +1,18 @@
 // The counter's fast denial — a flood's denial judged from the fast read's loads.
 //
-// Proves: a denial that `counter::deny_fast` answers (from `front`, `cum` and the oldest,
-// second and newest snapshots, `front` re-checked; see `window/counter.rs`) is, in every
-// field — `remaining`, `retry_after` and `reset_after` — the answer of a sequential limiter
-// in some order of the racing calls, while a refund raises the snapshots it reads or a
-// fill recycles them. The other counter models check `remaining` only; here every call,
-// refunds' counts included, is replayed on a fresh single-threaded limiter in each order
-// the threads allow, at the clock readings the calls took, and one order must give
+// Proves: a Strict denial that `counter::deny_strict` answers (from `front`, `cum` and the
+// oldest, second and newest snapshots, `front` re-checked; see `window/counter.rs`) is, in
+// every field — `remaining`, `retry_after` and `reset_after` — the answer of a sequential
+// limiter in some order of the racing calls, while a refund raises the snapshots it reads
+// or a fill recycles them. The other counter models check `remaining` only; here every
+// call, refunds' counts included, is replayed on a fresh single-threaded limiter in each
+// order the threads allow, at the clock readings the calls took, and one order must give
 // exactly the answers seen.
 //
 // Would fail if the fast denial took a snapshot whose tag it did not check (a slot a fill
 // recycled for a newer bucket: its count read as the current bucket's, and `reset_after`
-// reported a bucket early): with that check removed from `Fast::rest` the fill model fails,
-// while `denial`, `rotation` and `admission_at_limit` still pass.
+// reported a bucket early): with that check removed from `Fast::rest_at` the fill model
+// fails, while `denial`, `rotation` and `admission_at_limit` still pass.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;

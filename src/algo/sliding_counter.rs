@@ -114,6 +114,12 @@ impl CounterRule {
             .saturating_sub(r)
     }
 
+    /// Whether this is Strict (without marks), whose fast path judges its common denials.
+    #[inline]
+    pub(crate) fn is_strict(&self) -> bool {
+        self.kind == Kind::Strict
+    }
+
     /// Whether this is the fixed window, which counts its current bucket alone.
     #[inline]
     pub(crate) fn is_fixed_window(&self) -> bool {
@@ -369,12 +375,7 @@ impl CounterRule {
                 let d = self.judge_fixed(r, n, false, &|_| current);
                 return (!d.is_allowed()).then_some(d);
             }
-            Kind::Strict => {
-                if all + n <= l {
-                    return None;
-                }
-                (all, rest()?)
-            }
+            Kind::Strict => return self.strict_denied_fast(all, r, rest, current, n),
             Kind::Weighted => {
                 let rest = rest()?;
                 (self.weighted_use(all, rest, r), rest)
@@ -428,6 +429,46 @@ impl CounterRule {
             retry,
             self.after_buckets(newest, r),
         ))
+    }
+
+    /// [`CounterRule::judge_denied_fast`] for Strict, which the fast path judges itself from
+    /// its first loads (`counter::charge_fast`). With the current bucket holding something,
+    /// the window clears `N + 1` bucket ends from now (`span`), and the first fit is one
+    /// bucket end away when the oldest bucket leaving is enough (`tail(1) + n ≤ L`), else
+    /// `span` away when all but the current bucket leaving is not (`tail(N) + n > L`). With
+    /// `N = 1` and the current bucket empty, only the oldest holds anything: both are one
+    /// bucket end away.
+    #[inline(always)]
+    pub(crate) fn strict_denied_fast(
+        &self,
+        all: u64,
+        r: u64,
+        rest: impl FnOnce() -> Option<u64>,
+        current: impl FnOnce() -> Option<u64>,
+        n: u64,
+    ) -> Option<Decision> {
+        let (l, nb, g) = (self.limit, self.buckets, self.granularity);
+        if all + n <= l {
+            return None;
+        }
+        let rest = rest()?;
+        let current = if nb == 1 { rest } else { current()? };
+        // `after_buckets(newest, r)`, with `r < G`.
+        let reset = if current > 0 {
+            self.span - r
+        } else if nb == 1 {
+            g - r
+        } else {
+            return None;
+        };
+        let retry = if rest + n <= l {
+            g - r
+        } else if nb == 1 || current + n > l {
+            reset
+        } else {
+            return None;
+        };
+        Some(Decision::denied(l, l.saturating_sub(all), retry, reset))
     }
 
     /// What Weighted counts as in use at offset `r` given `tail(0)` and `tail(1)`.

@@ -489,13 +489,39 @@ impl Fast<'_> {
         clean(slot, k, cum).then(|| tail_from(cum, slot))
     }
 
-    /// `tail(N)`, the count of the current bucket, `front`; `None` if its snapshot is torn
-    /// or raised (the caller takes the general path).
+    /// The index of the slot of bucket `front`, for [`Fast::rest_at`] and
+    /// [`Fast::current_at`].
     #[inline(always)]
-    pub(crate) fn current(&self) -> Option<u64> {
+    pub(crate) fn front_index(&self) -> usize {
+        self.ring.index(self.loads.front)
+    }
+
+    /// [`Fast::rest`], given the index of bucket `front`'s slot ([`Fast::front_index`]).
+    #[inline(always)]
+    pub(crate) fn rest_at(&self, front_at: usize) -> Option<u64> {
+        let (front, cum) = (self.loads.front, self.loads.cum);
+        let k = front - self.ring.buckets + 1;
+        // Bucket `front − N + 1 ≡ front + 2` in a ring of `N + 1 ≥ 2` slots: its index
+        // without a second division.
+        let len = self.ring.slots.len();
+        let at = if front_at + 2 >= len {
+            front_at + 2 - len
+        } else {
+            front_at + 2
+        };
+        // Acquire: as in `Reading::tail`.
+        let slot = self.ring.slots[at].load(Ordering::Acquire);
+        clean(slot, k, cum).then(|| tail_from(cum, slot))
+    }
+
+    /// `tail(N)`, the count of the current bucket, `front`, given the index of its slot
+    /// ([`Fast::front_index`]); `None` if its snapshot is torn or raised (the caller takes
+    /// the general path).
+    #[inline(always)]
+    pub(crate) fn current_at(&self, front_at: usize) -> Option<u64> {
         let (front, cum) = (self.loads.front, self.loads.cum);
         // Acquire: as in `Reading::tail`.
-        let slot = self.ring.slot(front).load(Ordering::Acquire);
+        let slot = self.ring.slots[front_at].load(Ordering::Acquire);
         clean(slot, front, cum).then(|| tail_from(cum, slot))
     }
 
@@ -567,9 +593,15 @@ const MAX_READING: u64 = (1 << 63) - 1;
 impl Ring<'_> {
     #[inline]
     fn slot(&self, bucket: u64) -> &AtomicU64 {
+        &self.slots[self.index(bucket)]
+    }
+
+    /// The index of bucket `bucket`'s slot.
+    #[inline]
+    fn index(&self, bucket: u64) -> usize {
         // A plain remainder: a multiply-based one (Lemire's fastmod) is no faster here
         // (`check`) and costs 32 bytes per ring.
-        &self.slots[(bucket % (self.buckets + 1)) as usize]
+        (bucket % (self.buckets + 1)) as usize
     }
 
     /// The internal index of the bucket holding time `t` (ns), and the offset into it.
@@ -764,8 +796,8 @@ impl Ring<'_> {
     /// repeating them, a check makes the same atomic accesses as before the fast path existed
     /// (but for a Weighted or fixed-window decline, which loads its second snapshot twice, a
     /// retired ring, whose oldest snapshot is now loaded before the retirement is seen, and a
-    /// denial, which `counter::deny_fast` judges from these loads, the second and newest
-    /// snapshots and `front` again, as `read` would, and returns), so
+    /// denial, which `counter::deny_strict` or `counter::deny_fast` judges from these loads,
+    /// the second and newest snapshots and `front` again, as `read` would, and returns), so
     /// the loom models of rotation, which explore every interleaving of them, stay as small.
     /// It exists for speed: the general path's loop and judgement cost an allowed check about
     /// twice the instructions (`check_allowed`).
@@ -799,6 +831,18 @@ impl Ring<'_> {
             // `tail(0)` at bucket `front`.
             sum: tail_from(cum, oldest),
         })
+    }
+
+    /// The [`Fast`] reading that [`Ring::fast_from`] made of `loads`, given the `offset` and
+    /// `sum` it found.
+    #[inline(always)]
+    pub(crate) fn fast_judged(&self, loads: Loads, offset: u64, sum: u64) -> Fast<'_> {
+        Fast {
+            ring: self,
+            loads,
+            offset,
+            sum,
+        }
     }
 
     /// Adds `cost` to pending if `cum` still holds the value of `reading`: a reservation

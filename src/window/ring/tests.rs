@@ -47,6 +47,31 @@ fn fast_read_takes_only_the_common_case() {
     assert_eq!(sum(16), None);
 }
 
+/// The fast read's second and current snapshots, found from the index of bucket `front`'s
+/// slot without a division, are the general read's `tail(1)` and `tail(N)`, wherever
+/// `front` lies in the ring (every slot, over more than one lap).
+#[test]
+fn fast_rest_and_current_are_the_second_and_newest_tails() {
+    for n in 1..=5u64 {
+        let words = owned(n);
+        let ring = Ring::packed(&words);
+        for bucket in 0..3 * (n + 1) {
+            let t = bucket * 10 + 3;
+            assert!(charge_n(&ring, t, 1 + bucket % 3, u64::from(u32::MAX)));
+            let fast = ring.fast_read(10, || t).expect("common case");
+            let at = fast.front_index();
+            let tails = tails(&ring, t);
+            assert_eq!(fast.rest_at(at), Some(tails[1]), "N = {n}, bucket {bucket}");
+            assert_eq!(fast.rest(), Some(tails[1]), "N = {n}, bucket {bucket}");
+            assert_eq!(
+                fast.current_at(at),
+                Some(tails[n as usize]),
+                "N = {n}, bucket {bucket}"
+            );
+        }
+    }
+}
+
 /// The tails `tail(0 ..= N)` at `t` (granularity 10), read without writing.
 fn tails(ring: &Ring<'_>, t: u64) -> Vec<u64> {
     let n = ring.buckets();
