@@ -328,6 +328,35 @@ pub(crate) mod sealed {
             cost: u64,
             fields: bool,
         ) -> Option<Result<Verdict, LimiterError>>;
+        /// Extracts every policy's key and decides now if every limiter can: the layer's
+        /// path for in-process limiters, in one step. A request every policy admits
+        /// without a fallback is [`Now::Admitted`], with no verdict built for it. Sets
+        /// `degraded` as `extract` does.
+        #[inline(always)]
+        fn decide_now(
+            &self,
+            head: &RequestHead<'_>,
+            cost: u64,
+            fields: bool,
+            degraded: &mut bool,
+        ) -> Now<Self::Keys> {
+            let keys = match self.extract(head, degraded) {
+                Ok(keys) => keys,
+                Err(refused) => return Now::Refused(refused.status),
+            };
+            match self.check_now(&keys, cost, fields) {
+                Some(Ok(verdict)) if verdict.denied_by.is_none() && !verdict.degraded => {
+                    if fields {
+                        Now::Reported(verdict.reports)
+                    } else {
+                        Now::Admitted
+                    }
+                }
+                Some(verdict) => Now::Decided(verdict),
+                None => Now::Wait(keys),
+            }
+        }
+
         /// Checks `cost` against every policy that has a key, all or nothing; `fields` as for
         /// `check_now`.
         fn check<'a>(
@@ -337,9 +366,24 @@ pub(crate) mod sealed {
             fields: bool,
         ) -> impl Future<Output = Result<Verdict, LimiterError>> + Send + 'a;
     }
+
+    /// A request's outcome from [`Enforce::decide_now`].
+    pub enum Now<K> {
+        /// Every policy admitted it, none by a fallback, and the layer asked for no reports
+        /// (`fields` false).
+        Admitted,
+        /// Every policy admitted it, none by a fallback: each policy's report.
+        Reported(Reports),
+        /// The policies' verdict, or the limiter's error.
+        Decided(Result<Verdict, LimiterError>),
+        /// A limiter must be awaited: [`Enforce::check`] these keys.
+        Wait(K),
+        /// A policy's missing key denies the request with this status.
+        Refused(StatusCode),
+    }
 }
 
-pub(crate) use sealed::{Meta, Refused, Report, Reports, Verdict};
+pub(crate) use sealed::{Meta, Now, Refused, Report, Reports, Verdict};
 
 /// The policies a [`RateLimitLayer`](crate::http::RateLimitLayer) enforces: one [`Policy`],
 /// or an [`All`] of several.
@@ -473,6 +517,7 @@ impl<L: Limiter, X> Policy<L, X> {
     }
 
     /// The verdict of this policy alone; its report only for a denial or when `fields`.
+    #[inline(always)]
     fn verdict(&self, key: &L::Key, checked: Checked, fields: bool) -> Verdict {
         let d = checked.decision;
         let (denied_by, retry_after, reset) = match d.retry_after() {
@@ -527,6 +572,34 @@ where
 
     fn extract(&self, head: &RequestHead<'_>, degraded: &mut bool) -> Result<Self::Keys, Refused> {
         self.extract_key(head, degraded)
+    }
+
+    #[inline(always)]
+    fn decide_now(
+        &self,
+        head: &RequestHead<'_>,
+        cost: u64,
+        fields: bool,
+        degraded: &mut bool,
+    ) -> Now<Option<L::Key>> {
+        let key = match self.extract_key(head, degraded) {
+            Ok(key) => key,
+            Err(refused) => return Now::Refused(refused.status),
+        };
+        let Some(k) = &key else {
+            return Now::Decided(Ok(Verdict::unkeyed()));
+        };
+        match self.limiter.check_now(k, cost) {
+            None => Now::Wait(key),
+            Some(Ok(checked)) if checked.decision.is_allowed() && !checked.degraded => {
+                if !fields {
+                    return Now::Admitted;
+                }
+                let d = checked.decision;
+                Now::Reported(Reports::One(Some(self.report(k, &d, d.reset_after()))))
+            }
+            Some(checked) => Now::Decided(checked.map(|checked| self.verdict(k, checked, fields))),
+        }
     }
 
     fn check_now(

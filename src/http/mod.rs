@@ -59,7 +59,7 @@ pub use limiter::{
 
 use headers::{FieldBuf, Fields};
 use key::RequestHead;
-use limiter::{Meta, Verdict};
+use limiter::{Meta, Now, Report, Verdict};
 use telemetry::Metrics;
 
 /// `RateLimit-Policy`.
@@ -340,30 +340,55 @@ where
                 )
             });
         let entered = span.as_ref().map(tracing::Span::enter);
+        let fields = shared.headers_on_allowed;
         // The request is read in place and passed on whole: its head is not moved out and
-        // back.
-        let keys = match shared.extract(&RequestHead::from(&req)) {
-            Ok(keys) => keys,
-            Err(status) => {
+        // back. In-process limiters decide at once: no future is allocated for the request.
+        let mut degraded = false;
+        let now = shared.policies.decide_now(
+            &RequestHead::from(&req),
+            shared.cost,
+            fields,
+            &mut degraded,
+        );
+        if degraded {
+            shared.metrics.degraded_key();
+        }
+        let keys = match now {
+            Now::Admitted => {
+                shared.admitted(start);
+                drop(entered);
+                return ResponseFuture::Inner {
+                    future: self.inner.call(req),
+                    fields: Fields::default(),
+                };
+            }
+            Now::Reported(reports) => {
+                let fields = shared.fields(shared.policies.metas(), &reports, None);
+                shared.admitted(start);
+                drop(entered);
+                return ResponseFuture::Inner {
+                    future: self.inner.call(req),
+                    fields,
+                };
+            }
+            Now::Decided(verdict) => {
+                let outcome = shared.conclude(verdict, start);
+                drop(entered);
+                return match outcome {
+                    Outcome::Pass(fields) => ResponseFuture::Inner {
+                        future: self.inner.call(req),
+                        fields,
+                    },
+                    Outcome::Respond(response) => respond(response),
+                };
+            }
+            Now::Refused(status) => {
                 drop(entered);
                 shared.latency(start);
                 return respond(status_only(status));
             }
+            Now::Wait(keys) => keys,
         };
-        let fields = shared.headers_on_allowed;
-        // In-process limiters decide at once: no future is allocated for the request.
-        if let Some(verdict) = shared.policies.check_now(&keys, shared.cost, fields) {
-            let outcome = shared.conclude(verdict, start);
-            drop(entered);
-            let fields = match outcome {
-                Outcome::Pass(fields) => fields,
-                Outcome::Respond(response) => return respond(response),
-            };
-            return ResponseFuture::Inner {
-                future: self.inner.call(req),
-                fields,
-            };
-        }
         drop(entered);
         // The service that was polled ready answers this request; a fresh clone takes its
         // place for the next poll_ready (tower's documented pattern for async middleware).
@@ -407,16 +432,6 @@ enum Outcome {
 }
 
 impl<P: Policies> Shared<P> {
-    /// Every policy's key, or the status for a request a missing key denies.
-    fn extract(&self, head: &RequestHead<'_>) -> Result<P::Keys, StatusCode> {
-        let mut degraded = false;
-        let keys = self.policies.extract(head, &mut degraded);
-        if degraded {
-            self.metrics.degraded_key();
-        }
-        keys.map_err(|refused| refused.status)
-    }
-
     /// What to do with a request, given its policies' verdict; records the request's
     /// metrics, with the time since `start` as the decision's latency.
     #[inline(always)]
@@ -435,14 +450,11 @@ impl<P: Policies> Shared<P> {
     #[inline(always)]
     fn admit(&self, verdict: &Verdict, start: Option<u64>) -> Outcome {
         let fields = if self.headers_on_allowed {
-            self.fields(self.policies.metas(), verdict)
+            self.fields(self.policies.metas(), &verdict.reports, None)
         } else {
             Fields::default()
         };
-        if let Some(start) = start {
-            let nanos = self.clock.delta_as_nanos(start, self.clock.raw());
-            self.metrics.allowed(nanos);
-        }
+        self.admitted(start);
         Outcome::Pass(fields)
     }
 
@@ -477,7 +489,7 @@ impl<P: Policies> Shared<P> {
         telemetry::denied(&self.metrics.layer, name, verdict.retry_after, self.shadow);
         self.metrics.denied(bound, self.shadow);
         let outcome = if self.shadow {
-            Outcome::Pass(self.fields(metas, &verdict))
+            Outcome::Pass(self.fields(metas, &verdict.reports, verdict.denied_by))
         } else {
             let denial = Denial {
                 policy: Arc::clone(name),
@@ -486,12 +498,22 @@ impl<P: Policies> Shared<P> {
             let mut response = (self.denial)(&denial);
             let map = response.headers_mut();
             map.reserve(3);
-            self.fields(metas, &verdict).add_to(map);
+            self.fields(metas, &verdict.reports, verdict.denied_by)
+                .add_to(map);
             map.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after));
             Outcome::Respond(response)
         };
         self.latency(start);
         outcome
+    }
+
+    /// An admission's metrics: the counter and, if it was timed, the decision's latency.
+    #[inline(always)]
+    fn admitted(&self, start: Option<u64>) {
+        if let Some(start) = start {
+            let nanos = self.clock.delta_as_nanos(start, self.clock.raw());
+            self.metrics.allowed(nanos);
+        }
     }
 
     /// The start of a decision's timing: the time-stamp counter now, or `None` when no
@@ -512,11 +534,16 @@ impl<P: Policies> Shared<P> {
     /// The header fields for `verdict`: every policy the request was checked against in
     /// `RateLimit-Policy`; in `RateLimit`, every such policy when admitted, only the policy
     /// that bound it when denied.
-    fn fields(&self, metas: &[Meta], verdict: &Verdict) -> Fields {
+    fn fields(
+        &self,
+        metas: &[Meta],
+        reports: &[Option<Report>],
+        denied_by: Option<usize>,
+    ) -> Fields {
         let mut out = FieldBuf::new();
-        for (i, report) in verdict.reports.iter().enumerate() {
+        for (i, report) in reports.iter().enumerate() {
             let Some(r) = report else { continue };
-            if verdict.denied_by.is_none_or(|b| b == i) {
+            if denied_by.is_none_or(|b| b == i) {
                 let pk = r.partition.as_deref();
                 headers::push_limit_item(&mut out, &metas[i].field, r.remaining, r.reset, pk);
             }
@@ -525,7 +552,7 @@ impl<P: Policies> Shared<P> {
         Fields {
             policy: self
                 .policy_header
-                .then(|| self.policy_field(metas, verdict))
+                .then(|| self.policy_field(metas, reports))
                 .flatten(),
             limit,
         }
@@ -534,8 +561,7 @@ impl<P: Policies> Shared<P> {
     /// `RateLimit-Policy`: every policy the request was checked against. A policy's quota
     /// changes only with a per-key override, so the field built for the first request whose
     /// policies all applied (without `pk`) is kept and reused while the quotas match.
-    fn policy_field(&self, metas: &[Meta], verdict: &Verdict) -> Option<HeaderValue> {
-        let reports = &verdict.reports;
+    fn policy_field(&self, metas: &[Meta], reports: &[Option<Report>]) -> Option<HeaderValue> {
         let matches = |(quotas, _): &(Vec<(u64, Duration)>, HeaderValue)| {
             quotas.len() == reports.len()
                 && reports.iter().zip(quotas).all(|(r, q)| {
