@@ -488,6 +488,7 @@ impl<L: Limiter, X> Policy<L, X> {
 
     /// The extractor's key for `head` after the missing-key outcome: `Ok(None)` when the
     /// policy lets the request pass unkeyed.
+    #[inline(always)]
     fn extract_key(
         &self,
         head: &RequestHead<'_>,
@@ -507,7 +508,18 @@ impl<L: Limiter, X> Policy<L, X> {
             Ok(Err(e)) => e,
             Err(_) => KeyError::Panicked,
         };
-        crate::http::telemetry::key_missing(&self.meta[0].name, &error);
+        self.missing_key(&error, degraded)
+    }
+
+    /// The outcome for a request whose key was not extracted (out of line: the common path
+    /// stays small enough to inline into the layer's call).
+    #[cold]
+    #[inline(never)]
+    fn missing_key(&self, error: &KeyError, degraded: &mut bool) -> Result<Option<L::Key>, Refused>
+    where
+        L::Key: Clone,
+    {
+        crate::http::telemetry::key_missing(&self.meta[0].name, error);
         *degraded = true;
         match &self.on_missing {
             OnMissingKey::Deny(status) => Err(Refused { status: *status }),
