@@ -92,6 +92,33 @@ pub fn limit_item(name: &PolicyName, remaining: u64, reset: Duration) -> Option<
     out.value()
 }
 
+/// [`limit_item`]'s bytes written at the start of `out`, for a caller that keeps the value
+/// beside other bytes of one allocation: their length, or `None` if `out` is too short. They
+/// are visible ASCII only, bytes any `HeaderValue` may hold.
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::http::fields::{PolicyName, limit_item, write_limit_item};
+///
+/// let name = PolicyName::new("per-user").unwrap();
+/// let mut out = [0; 64];
+/// let n = write_limit_item(&mut out, &name, 4, Duration::from_millis(1500)).unwrap();
+/// assert_eq!(&out[..n], limit_item(&name, 4, Duration::from_millis(1500)).unwrap().as_bytes());
+/// assert_eq!(write_limit_item(&mut out[..n - 1], &name, 4, Duration::from_millis(1500)), None);
+/// ```
+pub fn write_limit_item(
+    out: &mut [u8],
+    name: &PolicyName,
+    remaining: u64,
+    reset: Duration,
+) -> Option<usize> {
+    let mut item = FieldBuf::new();
+    headers::push_limit_item(&mut item, &name.0, remaining, reset, None);
+    let bytes = item.as_bytes();
+    out.get_mut(..bytes.len())?.copy_from_slice(bytes);
+    Some(bytes.len())
+}
+
 /// `Retry-After` for a wait: delay-seconds, rounded up, so a client that waits it is never
 /// early.
 pub fn retry_after(wait: Duration) -> HeaderValue {

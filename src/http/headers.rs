@@ -106,7 +106,7 @@ impl FieldBuf {
         }
     }
 
-    fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         if self.heap.is_empty() {
             &self.inline[..self.len]
         } else {

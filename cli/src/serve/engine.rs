@@ -91,7 +91,7 @@ pub(crate) struct Rule {
     /// Its name as a header-field String.
     pub(crate) field: PolicyName,
     /// Its `RateLimit-Policy` item, for the common answer that names one rule.
-    policy: axum::http::HeaderValue,
+    pub(crate) policy: axum::http::HeaderValue,
     /// Its constant part of a status in the JSON answer, `"rule":…,"limit":…,"window_ms":…`.
     pub(crate) json: Box<str>,
     /// The JSON answer up to `"remaining":` when it admits with this rule alone.
@@ -233,15 +233,12 @@ impl Outcome {
     /// admitted and only the rules that deny when denied; `Retry-After` when denied and a
     /// wait would help.
     pub(crate) fn fields(&self, set: &RuleSet) -> [Option<axum::http::HeaderValue>; 3] {
-        let retry = self.retry_after.filter(|_| !self.allowed).map(retry_after);
-        let mut ruled = self
-            .statuses
-            .iter()
-            .filter_map(|s| Some((s, s.which.as_ref()?.get(set))));
+        let retry = self.retry_field();
         // One rule (the common answer): its policy item built once per rule, its `RateLimit`
         // item alone, without the general builder's second buffer.
-        if let (Some((s, r)), None) = (ruled.next(), ruled.next()) {
-            let limit = (self.allowed || s.over)
+        if let Some((s, r)) = self.single(set) {
+            let limit = self
+                .in_limit(s)
                 .then(|| limit_item(&r.field, s.remaining, self.reset_of(s)))
                 .flatten();
             return [Some(r.policy.clone()), limit, retry];
@@ -251,7 +248,7 @@ impl Outcome {
             if let Some(w) = &s.which {
                 let r = w.get(set);
                 fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
-                if self.allowed || s.over {
+                if self.in_limit(s) {
                     fields.limit(&r.field, s.remaining, self.reset_of(s));
                 }
             }
@@ -260,9 +257,32 @@ impl Outcome {
         [policy, limit, retry]
     }
 
+    /// The status with a rule and its rule, when only one status has one (the common answer).
+    pub(crate) fn single<'a>(&'a self, set: &'a RuleSet) -> Option<(&'a Status, &'a Rule)> {
+        let mut ruled = self
+            .statuses
+            .iter()
+            .filter_map(|s| Some((s, s.which.as_ref()?.get(set))));
+        match (ruled.next(), ruled.next()) {
+            (one, None) => one,
+            _ => None,
+        }
+    }
+
+    /// Whether a status has an item in `RateLimit`: every one when admitted, the ones that
+    /// deny when denied.
+    pub(crate) fn in_limit(&self, s: &Status) -> bool {
+        self.allowed || s.over
+    }
+
+    /// `Retry-After`, when denied and a wait would help.
+    pub(crate) fn retry_field(&self) -> Option<axum::http::HeaderValue> {
+        self.retry_after.filter(|_| !self.allowed).map(retry_after)
+    }
+
     /// The `t` of a status's `RateLimit` item: when a denying rule admits again, else when
     /// its window empties.
-    fn reset_of(&self, s: &Status) -> Duration {
+    pub(crate) fn reset_of(&self, s: &Status) -> Duration {
         if s.over {
             s.retry_after.unwrap_or(s.reset_after)
         } else {

@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use slidegate::clock::Nanos;
+use slidegate::http::fields::{limit_item, write_limit_item};
 use slidegate::http::{RATELIMIT, RATELIMIT_POLICY};
 
 use super::engine::{
@@ -228,18 +229,18 @@ impl<'a> CheckBody<'a> {
 /// field: the integers by `itoa`, each rule's constant part (`"rule":…,"limit":…,
 /// "window_ms":…`) built once with the rules. Through serde, the answer cost more
 /// instructions than the decision it reports.
-fn write_reply(out: &mut Vec<u8>, set: &RuleSet, o: &Outcome) {
+fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
     // The common answer, admitted by one rule: its head written with the rule.
     if let ([s], true) = (&o.statuses[..], o.allowed)
         && let Some(which) = &s.which
     {
         let r = which.get(set);
-        out.extend_from_slice(r.json_admitted.as_bytes());
+        out.put(r.json_admitted.as_bytes());
         write_status_rest(out, r, s);
-        out.extend_from_slice(b"]}");
+        out.put(b"]}");
         return;
     }
-    out.extend_from_slice(if o.allowed {
+    out.put(if o.allowed {
         &br#"{"allowed":true,"code":"OK""#[..]
     } else {
         &br#"{"allowed":false,"code":"OVER_LIMIT""#[..]
@@ -247,41 +248,121 @@ fn write_reply(out: &mut Vec<u8>, set: &RuleSet, o: &Outcome) {
     if let Some(wait) = o.retry_after.filter(|_| !o.allowed) {
         put_u64(out, br#","retry_after_ms":"#, ceil_ms(wait));
     }
-    out.extend_from_slice(br#","statuses":["#);
+    out.put(br#","statuses":["#);
     for (i, s) in o.statuses.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.put(b",");
         }
         let Some(which) = &s.which else {
-            out.extend_from_slice(br#"{"code":"OK","rule":null}"#);
+            out.put(br#"{"code":"OK","rule":null}"#);
             continue;
         };
         let r = which.get(set);
-        out.extend_from_slice(if s.over {
+        out.put(if s.over {
             &br#"{"code":"OVER_LIMIT","#[..]
         } else {
             &br#"{"code":"OK","#[..]
         });
-        out.extend_from_slice(r.json.as_bytes());
+        out.put(r.json.as_bytes());
         write_status_rest(out, r, s);
     }
-    out.extend_from_slice(b"]}");
+    out.put(b"]}");
 }
 
 /// A status after its rule's constant part: the figures, the flags, the closing brace.
-fn write_status_rest(out: &mut Vec<u8>, r: &Rule, s: &Status) {
+fn write_status_rest(out: &mut impl Out, r: &Rule, s: &Status) {
     put_u64(out, br#","remaining":"#, s.remaining);
     put_u64(out, br#","reset_after_ms":"#, ceil_ms(s.reset_after));
     if let Some(wait) = s.retry_after.filter(|_| s.over) {
         put_u64(out, br#","retry_after_ms":"#, ceil_ms(wait));
     }
     if r.spec.shadow {
-        out.extend_from_slice(br#","shadow":true"#);
+        out.put(br#","shadow":true"#);
     }
     if s.shadow_over {
-        out.extend_from_slice(br#","would_deny":true"#);
+        out.put(br#","would_deny":true"#);
     }
-    out.push(b'}');
+    out.put(b"}");
+}
+
+/// Where [`write_reply`] writes: a `Vec` (a batch, an answer too wide for an [`AnswerBuf`]), or
+/// an [`AnswerBuf`] with room for it.
+trait Out {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Out for Vec<u8> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Room for the JSON answer and the `RateLimit` value of an [`AnswerBuf`]; the answers of the
+/// rules in `examples/` take less than 250 bytes.
+const ANSWER_ROOM: usize = 384;
+
+/// The JSON answer and its `RateLimit` value side by side, which become one allocation
+/// (`Bytes::from_owner`) of which the body and the field's value are two slices: one
+/// allocation and one free per answer where a `Bytes` for each took two, and no per-thread
+/// buffer to copy the answer from.
+struct AnswerBuf {
+    len: usize,
+    buf: [u8; ANSWER_ROOM],
+}
+
+impl Out for AnswerBuf {
+    /// Past the room it panics; [`answer`] writes only answers `reply_capacity` says fit.
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        self.buf[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+    }
+}
+
+impl AsRef<[u8]> for AnswerBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// The JSON body of `o` and its `RateLimit-Policy`, `RateLimit` and `Retry-After` values.
+/// The common answer, with one rule, is one [`AnswerBuf`]; any other is the JSON in its own
+/// allocation and the fields of `Outcome::fields`.
+fn answer(set: &RuleSet, o: &Outcome) -> (Bytes, [Option<HeaderValue>; 3]) {
+    let Some((s, r)) = o
+        .single(set)
+        .filter(|_| reply_capacity(set, o) <= ANSWER_ROOM)
+    else {
+        return (reply(set, o), o.fields(set));
+    };
+    let mut a = AnswerBuf {
+        len: 0,
+        buf: [0; ANSWER_ROOM],
+    };
+    write_reply(&mut a, set, o);
+    let json = a.len;
+    let limit = o.in_limit(s);
+    let item = limit
+        .then(|| write_limit_item(&mut a.buf[json..], &r.field, s.remaining, o.reset_of(s)))
+        .flatten();
+    if let Some(n) = item {
+        a.len += n;
+    }
+    let mut body = Bytes::from_owner(a);
+    let value = match item {
+        Some(_) => {
+            let value = body.split_off(json);
+            // SAFETY: `write_limit_item` writes visible ASCII only, bytes a field value may
+            // hold.
+            Some(unsafe { HeaderValue::from_maybe_shared_unchecked(value) })
+        }
+        // A name too long for the room left: the item in its own allocation.
+        None if limit => limit_item(&r.field, s.remaining, o.reset_of(s)),
+        None => None,
+    };
+    (body, [Some(r.policy.clone()), value, o.retry_field()])
 }
 
 /// The JSON of `o`, in one allocation of its length: written in a per-thread buffer and
@@ -315,9 +396,9 @@ fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
 }
 
 /// `name` and `value`'s digits.
-fn put_u64(out: &mut Vec<u8>, name: &[u8], value: u64) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+fn put_u64(out: &mut impl Out, name: &[u8], value: u64) {
+    out.put(name);
+    out.put(itoa::Buffer::new().format(value).as_bytes());
 }
 
 /// Milliseconds, rounded up: a client told to wait this long is never early.
@@ -412,8 +493,8 @@ fn respond(set: &RuleSet, outcome: Result<&Outcome, Failure>) -> (Response, Answ
             } else {
                 StatusCode::TOO_MANY_REQUESTS
             };
-            let mut res = json_body(status, reply(set, o));
-            let [policy, limit, retry] = o.fields(set);
+            let (body, [policy, limit, retry]) = answer(set, o);
+            let mut res = json_body(status, body);
             let h = res.headers_mut();
             for (name, value) in [
                 (RATELIMIT_POLICY, policy),
@@ -699,7 +780,17 @@ rule = "trial"
             clock: ServeClock::Manual(clock.clone()),
             max_keys: 100,
         };
-        let engine = Engine::new(toml::parse(RULES).unwrap(), backend).unwrap();
+        // Rules with long names: answers that fill an `AnswerBuf`, that leave too little room
+        // for the `RateLimit` item, that do not fit.
+        let mut rules = RULES.to_owned();
+        for n in [60, 100, 110, 120, 130, 200] {
+            rules.push_str(&format!(
+                "[rules.{name}]\nlimit = 1\nwindow = \"1h\"\n\n\
+                 [[descriptors]]\ndomain = \"api\"\nmatch = [\"size={n}\"]\nrule = \"{name}\"\n\n",
+                name = "n".repeat(n),
+            ));
+        }
+        let engine = Engine::new(toml::parse(&rules).unwrap(), backend).unwrap();
         let descriptors =
             |list: &[&[(&'static str, &'static str)]], limit| engine::Request::Descriptors {
                 domain: "api",
@@ -736,8 +827,15 @@ rule = "trial"
                 },
                 1,
             ),
+            (descriptors(&[&[("size", "60")]], None), 1),
+            (descriptors(&[&[("size", "100")]], None), 1),
+            (descriptors(&[&[("size", "110")]], None), 1),
+            (descriptors(&[&[("size", "120")]], None), 1),
+            (descriptors(&[&[("size", "130")]], None), 1),
+            (descriptors(&[&[("size", "200")]], None), 1),
         ];
         let mut shapes = std::collections::HashSet::new();
+        let mut one_allocation = 0;
         for round in 0..3 {
             for (request, cost) in &requests {
                 engine.decide_local(request, *cost, |set, o| {
@@ -747,6 +845,11 @@ rule = "trial"
                     write_reply(&mut out, set, o);
                     assert_eq!(String::from_utf8(out.clone()).unwrap(), reference(set, o));
                     assert!(out.len() <= room, "grew past its capacity");
+                    // The answer in one allocation: the same body and fields.
+                    let (body, fields) = answer(set, o);
+                    assert_eq!(body, out);
+                    assert_eq!(fields, o.fields(set));
+                    one_allocation += usize::from(o.single(set).is_some());
                     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
                     for s in value["statuses"].as_array().unwrap() {
                         shapes.insert(format!(
@@ -759,6 +862,10 @@ rule = "trial"
             }
             clock.advance(Duration::from_millis(700 * round));
         }
+        assert!(
+            one_allocation >= 10,
+            "{one_allocation} answers in one allocation"
+        );
         // Denied with a wait, shadow and would-deny, no rule: each appeared.
         let all = shapes.into_iter().collect::<Vec<_>>().join("\n");
         for needle in [
