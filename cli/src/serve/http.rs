@@ -661,7 +661,7 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
     for (rule, n) in api.engine.key_counts() {
         metrics::gauge!(KEYS, "rule" => rule).set(n as f64);
     }
-    let mut res = Response::new(Body::from(handle.render()));
+    let mut res = Response::new(Body::from(super::metrics::render(handle)));
     res.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
