@@ -45,6 +45,16 @@ where
         unsafe { map.deref() }.get(key)
     }
 
+    /// Whether no key has an override: a look at the map's pointer, with no epoch pinned.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        // SAFETY: the unprotected guard only loads the pointer, which is compared with null
+        // and never dereferenced.
+        let guard = unsafe { epoch::unprotected() };
+        // Relaxed: only the pointer's null-ness is read, never the map it publishes.
+        self.map.load(Ordering::Relaxed, guard).is_null()
+    }
+
     /// Publishes a copy of the map changed by `change`.
     pub(super) fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, Rule, S>)) {
         let _writer = sync::lock(&self.writer);
