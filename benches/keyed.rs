@@ -7,7 +7,9 @@
 //! - `keyed_coarse_clock/1000`: as `keyed_allowed/1000` with every limiter on a clock that an
 //!   upkeep thread refreshes every millisecond (slidegate's `CoarseClock`, governor's
 //!   `QuantaUpkeepClock`).
-//! - `keyed_denied/1000`: held keys whose limit of 1 was spent before the measurement.
+//! - `keyed_denied/1000`: held keys whose limit of 1 was spent before the measurement;
+//!   `floor/1000` is what such a denial cannot do without on this store (an epoch pin, a
+//!   clock reading, the hash, the probe and the entry's loads), with no rule.
 //! - `keyed_new_key`: the first check of a key never seen (a fresh limiter per sample,
 //!   dropped outside the timing).
 //! - `keyed_2_threads/{disjoint, same_key}`: two threads on 1000 keys each, or on one key. An
@@ -15,7 +17,10 @@
 //!   `slidegate/one_thread` runs thread 0's checks alone through the same call, so two
 //!   threads' speed-up is `2 × one_thread / disjoint`; `baseline/{one_thread, disjoint}` does
 //!   the same with work that shares nothing, the speed-up the machine itself gives;
-//!   `slidegate/separate_limiters` gives each thread a limiter of its own.
+//!   `slidegate/separate_limiters` gives each thread a limiter of its own;
+//!   `memory/{one_thread, disjoint}` makes a keyed check's memory accesses with no limiter
+//!   (hash, probe, a 152-byte block per key, a CAS), each thread in a table of its own, and
+//!   `memory_pinned/…` the same inside an epoch pin.
 //!
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
@@ -25,6 +30,7 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -32,7 +38,7 @@ mod common;
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use slidegate::clock::CoarseClock;
+use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
 type Governor<S> = governor::RateLimiter<
@@ -156,6 +162,21 @@ fn denied(c: &mut Criterion) {
     configure(&mut group);
     // Limit 1, each key checked once: every benched check is denied.
     held_keys(&mut group, 1_000, 1, 1);
+    // What a denial of this store cannot do without: an epoch pin, a clock reading and the
+    // memory reads of a keyed check (hash, probe, the block's `front`, `cum` and a slot, in a
+    // table of the size of `slidegate`'s for 1000 keys), with no rule and no write.
+    let (keys, clock) = (1_000u64, QuantaClock::new());
+    let memory = MemoryWork::new(0..keys, 2048);
+    let mut i = 0u64;
+    group.bench_function(BenchmarkId::new("floor", keys), |b| {
+        b.iter(|| {
+            i += 1;
+            let guard = crossbeam_epoch::pin();
+            let now = clock.now().0;
+            black_box(memory.read(scattered(i, keys)).wrapping_add(now));
+            drop(guard);
+        })
+    });
     group.finish();
 }
 
@@ -216,6 +237,86 @@ fn unshared_work(i: u64) -> u64 {
     x
 }
 
+/// A key's block in [`MemoryWork`]: the size of an entry of a ring of ten buckets (152
+/// bytes), with the hash and the key where an entry has them, then the ring's words.
+#[repr(C)]
+struct Block {
+    hash: u64,
+    head: [u64; 3],
+    key: u64,
+    /// `front`, `goal`, `cum` and eleven slots, as in an entry.
+    words: [AtomicU64; 14],
+}
+
+/// The memory work of a keyed check of a held key and nothing else: hash the key (ahash),
+/// probe a linear-probing table of pointers to separately allocated 152-byte blocks, load
+/// the block's `front`, `cum` and one slot, and CAS `cum`. No clock, no epoch pin, no rule.
+/// Each thread has its own, so the threads share no line.
+struct MemoryWork {
+    hasher: ahash::RandomState,
+    slots: Box<[Option<Box<Block>>]>,
+}
+
+impl MemoryWork {
+    /// A table of `capacity` slots (a power of two) holding `keys`.
+    fn new(keys: impl Iterator<Item = u64>, capacity: usize) -> MemoryWork {
+        let hasher = ahash::RandomState::new();
+        let mut slots: Box<[Option<Box<Block>>]> = (0..capacity).map(|_| None).collect();
+        for key in keys {
+            let hash = hasher.hash_one(key);
+            let mut i = hash as usize & (capacity - 1);
+            while slots[i].is_some() {
+                i = (i + 1) & (capacity - 1);
+            }
+            slots[i] = Some(Box::new(Block {
+                hash,
+                head: [0; 3],
+                key,
+                words: std::array::from_fn(|w| AtomicU64::new(if w < 2 { 11 } else { 0 })),
+            }));
+        }
+        MemoryWork { hasher, slots }
+    }
+
+    /// `key`'s block (hash, then probe from its home slot).
+    #[inline]
+    fn find(&self, key: u64) -> Option<&Block> {
+        let hash = self.hasher.hash_one(key);
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        while let Some(block) = self.slots[i].as_deref() {
+            if block.hash == hash && block.key == key {
+                return Some(block);
+            }
+            i = (i + 1) & mask;
+        }
+        None
+    }
+
+    /// The check's memory work on `key`: whether its CAS succeeded.
+    #[inline]
+    fn touch(&self, key: u64) -> bool {
+        self.find(key).is_some_and(|block| {
+            let front = block.words[0].load(Ordering::Acquire);
+            let cum = &block.words[2];
+            let seen = cum.load(Ordering::Acquire);
+            black_box(block.words[3 + front as usize % 11].load(Ordering::Acquire));
+            cum.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// A denial's memory work on `key`: the same loads, no CAS.
+    #[inline]
+    fn read(&self, key: u64) -> u64 {
+        self.find(key).map_or(0, |block| {
+            let front = block.words[0].load(Ordering::Acquire);
+            let cum = block.words[2].load(Ordering::Acquire);
+            cum.wrapping_sub(block.words[3 + front as usize % 11].load(Ordering::Acquire))
+        })
+    }
+}
+
 fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_2_threads");
     configure(&mut group);
@@ -254,6 +355,42 @@ fn contended(c: &mut Criterion) {
         b.iter_custom(|iters| {
             two_threads(iters, &|t, i| {
                 let _ = black_box(separate[t as usize].check(&key(t, i)));
+            })
+        })
+    });
+    // The same memory work without a limiter: thread t's keys in a table of its own, of the
+    // size of `ours` (4096 slots for 2000 keys: it doubles past a load of 3/4).
+    let memory = [0, 1].map(|t| MemoryWork::new(t * keys..(t + 1) * keys, 4096));
+    group.bench_function(BenchmarkId::new("memory", "disjoint"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                black_box(memory[t as usize].touch(key(t, i)));
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("memory", "one_thread"), |b| {
+        b.iter_custom(|iters| {
+            one_thread(iters, &|t, i| {
+                black_box(memory[t as usize].touch(key(t, i)));
+            })
+        })
+    });
+    // The same inside a crossbeam-epoch pin, as every keyed check takes one.
+    group.bench_function(BenchmarkId::new("memory_pinned", "disjoint"), |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|t, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(memory[t as usize].touch(key(t, i)));
+                drop(guard);
+            })
+        })
+    });
+    group.bench_function(BenchmarkId::new("memory_pinned", "one_thread"), |b| {
+        b.iter_custom(|iters| {
+            one_thread(iters, &|t, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(memory[t as usize].touch(key(t, i)));
+                drop(guard);
             })
         })
     });

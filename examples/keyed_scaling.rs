@@ -1,0 +1,236 @@
+//! Two threads on disjoint keys against one: the speed-up of a keyed check, and of the pieces
+//! of its work, measured the same way side by side.
+//!
+//! Each case runs `check(thread, i)` for 10⁶ iterations on one thread, then on two threads at
+//! once (thread `t` on keys `t·1000 ..`), fifteen times alternating; it prints the median and
+//! the fastest of each, in ns per check (per pair of checks on two threads), and the speed-up
+//! `2 × one / pair`. The cases:
+//!
+//! - `compute`: twenty multiply-xorshift rounds, no memory (the bench's `baseline`);
+//! - `memory`: a keyed check's memory work and nothing else: hash the key (ahash), probe a
+//!   linear-probing table of 4096 pointers to separately allocated 152-byte blocks (the size
+//!   of an entry of ten buckets), load the block's `front`, `cum` and one slot, CAS `cum`.
+//!   Each thread has a table of its own: the threads share no line;
+//! - `pin`: a crossbeam-epoch pin and unpin alone, which every keyed check takes;
+//! - `memory_pinned`, `memory_pinned_clock`: `memory` inside a pin, then with a clock reading
+//!   (`QuantaClock`) too;
+//! - `slidegate`: `KeyedLimiter::check` on one limiter holding both threads' keys;
+//! - `separate_limiters`: each thread a limiter of its own.
+//!
+//! On a machine with other work, run it at real-time priority so that the other work does
+//! not take the two cores; it pauses a second between cases, keeping each within the
+//! kernel's real-time budget (950 ms a second):
+//!
+//! ```sh
+//! cargo build --release --example keyed_scaling
+//! flock /tmp/slidegate-bench.lock chrt -f 50 target/release/examples/keyed_scaling [case ...]
+//! ```
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use slidegate::clock::{Clock, QuantaClock};
+use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
+
+/// Keys per thread.
+const KEYS: u64 = 1000;
+const ITERATIONS: u64 = 1_000_000;
+const ROUNDS: usize = 15;
+
+/// A key's block in [`MemoryWork`]: an entry's size for ten buckets, hash and key first.
+#[repr(C)]
+struct Block {
+    hash: u64,
+    head: [u64; 3],
+    key: u64,
+    /// `front`, `goal`, `cum` and eleven slots.
+    words: [AtomicU64; 14],
+}
+
+/// A table of blocks, one per key (see the module documentation).
+struct MemoryWork {
+    hasher: ahash::RandomState,
+    slots: Box<[Option<Box<Block>>]>,
+}
+
+impl MemoryWork {
+    fn new(keys: impl Iterator<Item = u64>, capacity: usize) -> MemoryWork {
+        let hasher = ahash::RandomState::new();
+        let mut slots: Box<[Option<Box<Block>>]> = (0..capacity).map(|_| None).collect();
+        for key in keys {
+            let hash = hasher.hash_one(key);
+            let mut i = hash as usize & (capacity - 1);
+            while slots[i].is_some() {
+                i = (i + 1) & (capacity - 1);
+            }
+            slots[i] = Some(Box::new(Block {
+                hash,
+                head: [0; 3],
+                key,
+                words: std::array::from_fn(|w| AtomicU64::new(if w < 2 { 11 } else { 0 })),
+            }));
+        }
+        MemoryWork { hasher, slots }
+    }
+
+    /// A keyed check's memory work on `key`: whether its CAS succeeded.
+    #[inline]
+    fn touch(&self, key: u64) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        while let Some(block) = self.slots[i].as_deref() {
+            if block.hash == hash && block.key == key {
+                let front = block.words[0].load(Ordering::Acquire);
+                let cum = &block.words[2];
+                let seen = cum.load(Ordering::Acquire);
+                black_box(block.words[3 + front as usize % 11].load(Ordering::Acquire));
+                return cum
+                    .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+            }
+            i = (i + 1) & mask;
+        }
+        false
+    }
+}
+
+/// Twenty multiply-xorshift rounds.
+fn compute(i: u64) -> u64 {
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..20 {
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+    x
+}
+
+/// Thread `t`'s `i`-th key, in a scattered order.
+fn key(t: u64, i: u64) -> u64 {
+    t * KEYS + i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS
+}
+
+type Check<'a> = Box<dyn Fn(u64, u64) + Sync + 'a>;
+
+/// ns per check on thread 0 alone.
+fn one(check: &(dyn Fn(u64, u64) + Sync)) -> f64 {
+    let start = Instant::now();
+    for i in 0..ITERATIONS {
+        check(0, i);
+    }
+    start.elapsed().as_nanos() as f64 / ITERATIONS as f64
+}
+
+/// ns per pair of checks on two threads at once.
+fn pair(check: &(dyn Fn(u64, u64) + Sync)) -> f64 {
+    let barrier = Barrier::new(2);
+    let elapsed = thread::scope(|s| {
+        let other = s.spawn(|| {
+            barrier.wait();
+            for i in 0..ITERATIONS {
+                check(1, i);
+            }
+        });
+        barrier.wait();
+        let start = Instant::now();
+        for i in 0..ITERATIONS {
+            check(0, i);
+        }
+        other.join().expect("the second thread finishes");
+        start.elapsed()
+    });
+    elapsed.as_nanos() as f64 / ITERATIONS as f64
+}
+
+fn main() {
+    let memory = [0, 1].map(|t| MemoryWork::new(t * KEYS..(t + 1) * KEYS, 4096));
+    let clock = QuantaClock::new();
+    let quota = Quota::new(MAX_LIMIT, Duration::from_secs(3600)).expect("a valid quota");
+    let shared = KeyedLimiter::<u64>::new(quota);
+    let separate = [
+        KeyedLimiter::<u64>::new(quota),
+        KeyedLimiter::<u64>::new(quota),
+    ];
+    for k in 0..2 * KEYS {
+        assert!(shared.check(&k).is_allowed());
+        assert!(separate[(k / KEYS) as usize].check(&k).is_allowed());
+    }
+    let cases: Vec<(&str, Check<'_>)> = vec![
+        (
+            "compute",
+            Box::new(|_, i| {
+                black_box(compute(i));
+            }),
+        ),
+        (
+            "memory",
+            Box::new(|t, i| {
+                black_box(memory[t as usize].touch(key(t, i)));
+            }),
+        ),
+        (
+            "pin",
+            Box::new(|_, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(i);
+                drop(guard);
+            }),
+        ),
+        (
+            "memory_pinned",
+            Box::new(|t, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(memory[t as usize].touch(key(t, i)));
+                drop(guard);
+            }),
+        ),
+        (
+            "memory_pinned_clock",
+            Box::new(|t, i| {
+                let guard = crossbeam_epoch::pin();
+                black_box(clock.now());
+                black_box(memory[t as usize].touch(key(t, i)));
+                drop(guard);
+            }),
+        ),
+        (
+            "slidegate",
+            Box::new(|t, i| {
+                let _ = black_box(shared.check(&key(t, i)));
+            }),
+        ),
+        (
+            "separate_limiters",
+            Box::new(|t, i| {
+                let _ = black_box(separate[t as usize].check(&key(t, i)));
+            }),
+        ),
+    ];
+    let chosen: Vec<String> = std::env::args().skip(1).collect();
+    println!("case                 one (median, fastest)  pair (median, fastest)  speed-up");
+    for (name, check) in &cases {
+        if !chosen.is_empty() && !chosen.iter().any(|c| c == name) {
+            continue;
+        }
+        let (mut ones, mut pairs) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            ones.push(one(check.as_ref()));
+            pairs.push(pair(check.as_ref()));
+        }
+        ones.sort_by(f64::total_cmp);
+        pairs.sort_by(f64::total_cmp);
+        let (one_median, pair_median) = (ones[ROUNDS / 2], pairs[ROUNDS / 2]);
+        println!(
+            "{name:20} {one_median:6.2} {:6.2} ns       {pair_median:6.2} {:6.2} ns        \
+             {:.2}x / {:.2}x",
+            ones[0],
+            pairs[0],
+            2.0 * one_median / pair_median,
+            2.0 * ones[0] / pairs[0],
+        );
+        thread::sleep(Duration::from_secs(1));
+    }
+}
