@@ -113,7 +113,13 @@ where
         )
     }
 
+    #[inline]
     fn check_now(&self, key: &K, cost: u64) -> Option<Result<Checked, LimiterError>> {
+        // A cost of 1 is valid under every quota: the check returns its bare decision, with
+        // no `Result` around it to take apart.
+        if cost == 1 {
+            return Some(Ok(self.check(key).into()));
+        }
         Some(
             self.check_n(key, cost)
                 .map(Checked::from)
