@@ -263,6 +263,13 @@ pin_project_lite::pin_project! {
             future: F,
             fields: Fields,
         },
+        /// Decided at once and passed on, with no fields to add: the inner service's future.
+        #[doc(hidden)]
+        #[non_exhaustive]
+        Pass {
+            #[pin]
+            future: F,
+        },
         /// Decided at once and answered by the layer.
         #[doc(hidden)]
         #[non_exhaustive]
@@ -282,9 +289,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
+            // Without fields the inner service's answer is passed on as it comes, not taken
+            // out of its `Poll` and `Result` and put back.
+            StateProj::Pass { future } => future.poll(cx),
             StateProj::Inner { future, fields } => {
-                // Without fields the inner service's answer is passed on as it comes, not
-                // taken out of its `Poll` and `Result` and put back.
                 if fields.is_empty() {
                     return future.poll(cx);
                 }
@@ -357,9 +365,8 @@ where
             Now::Admitted => {
                 shared.admitted(start);
                 drop(entered);
-                return ResponseFuture::Inner {
+                return ResponseFuture::Pass {
                     future: self.inner.call(req),
-                    fields: Fields::default(),
                 };
             }
             Now::Reported(reports) => {
