@@ -46,8 +46,6 @@ impl Fields {
         if self.is_empty() {
             return;
         }
-        // One growth of the map at most, not one per field.
-        headers.reserve(2);
         // Appended, not inserted: a field another layer wrote stays, and lists split over
         // field lines are one list (RFC 9651 §3.1).
         if let Some(policy) = self.policy {

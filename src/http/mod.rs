@@ -293,12 +293,13 @@ where
             // out of its `Poll` and `Result` and put back.
             StateProj::Pass { future } => future.poll(cx),
             StateProj::Inner { future, fields } => {
-                if fields.is_empty() {
-                    return future.poll(cx);
+                // The fields are added to the response where the inner future left it, not
+                // to a copy taken out of its `Poll` and `Result` and put back.
+                let mut poll = future.poll(cx);
+                if let Poll::Ready(Ok(response)) = &mut poll {
+                    fields.take().add_to(response.headers_mut());
                 }
-                let mut response = core::task::ready!(future.poll(cx))?;
-                fields.take().add_to(response.headers_mut());
-                Poll::Ready(Ok(response))
+                poll
             }
             StateProj::Respond { response } => {
                 let response = response
