@@ -62,7 +62,8 @@ fn calls_on_a_held_string_key_by_str_allocate_nothing() {
     let clock = ManualClock::new();
     let quota = Quota::new(100, Duration::from_secs(1)).expect("a valid quota");
     let limiter = KeyedLimiter::<String, _>::with_clock(quota, clock.clone());
-    // The first check inserts: the key's `String` and its entry.
+    // The first check inserts: the key's `String` and its entry's memory (the first chunk of
+    // the keyed pool).
     assert!(allocations(|| assert!(limiter.check("alice").is_allowed())) >= 2);
     let held = allocations(|| {
         for _ in 0..10 {
@@ -85,7 +86,8 @@ fn calls_on_a_held_string_key_by_str_allocate_nothing() {
     });
     assert_eq!(held, 0, "a check of a held key by &str allocated");
     assert_eq!(limiter.len(), 1);
-    // A new key is made owned when it is inserted.
-    assert!(allocations(|| assert!(limiter.check("bob").is_allowed())) >= 2);
+    // A new key is made owned when it is inserted (its entry comes from the keyed pool's
+    // chunk, which the first insert took).
+    assert!(allocations(|| assert!(limiter.check("bob").is_allowed())) >= 1);
     assert_eq!(limiter.len(), 2);
 }

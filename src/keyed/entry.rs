@@ -1,10 +1,11 @@
 //! One key's entry in the store: its hash, its state's head, its key and its state's atomic
-//! words, in one allocation, allocated and freed for crossbeam-epoch (the one place the
-//! store's memory is managed by hand).
+//! words, in one allocation from the store's pool ([`super::pool`]), made and freed
+//! for crossbeam-epoch.
 
 use core::{mem, ptr};
 use std::alloc::{self, Layout};
 
+use super::pool;
 use crate::sync::epoch::Pointable;
 use crate::sync::{AtomicU64, Liveness};
 use crate::window::state::{Head, Shape, State};
@@ -84,6 +85,25 @@ impl<K> Entry<K> {
     }
 }
 
+impl<K> Entry<K> {
+    /// Drops the entry at `ptr` in place, leaving its memory to the caller, and returns the
+    /// layout it was allocated with (see [`pool::free_run`] for entries freed together).
+    ///
+    /// # Safety
+    /// `ptr` must come from [`Pointable::init`], be referenced by no one, and not be dropped
+    /// again.
+    pub(super) unsafe fn dispose(ptr: usize) -> Layout {
+        // SAFETY: the caller's contract; the length is read before the entry is dropped.
+        unsafe {
+            let entry = Entry::<K>::fat(ptr);
+            let layout = Entry::<K>::layout(((*entry).tag >> 32) as usize);
+            (*entry).live.end();
+            ptr::drop_in_place(entry);
+            layout
+        }
+    }
+}
+
 /// Allocates entries with their words inline, for crossbeam-epoch's `Atomic` (which frees
 /// them through `drop` below). The shape fixes the number of words, so each entry's length
 /// is read back from its head.
@@ -100,8 +120,8 @@ impl<K> Pointable for Entry<K> {
     unsafe fn init((hash, key, shape): Self::Init) -> usize {
         let len = shape.words();
         let layout = Entry::<K>::layout(len);
-        // SAFETY: `layout` has a non-zero size (the header is at least 16 bytes).
-        let raw = unsafe { alloc::alloc(layout) };
+        // `layout` has a non-zero size (the header is at least 16 bytes).
+        let raw = pool::alloc(layout);
         if raw.is_null() {
             alloc::handle_alloc_error(layout);
         }
@@ -137,11 +157,8 @@ impl<K> Pointable for Entry<K> {
         // SAFETY: `ptr` is a live entry no one else references (the trait's contract); it
         // was allocated by `init` with the layout of its length, and is dropped once.
         unsafe {
-            let entry = Entry::<K>::fat(ptr);
-            let layout = Entry::<K>::layout(((*entry).tag >> 32) as usize);
-            (*entry).live.end();
-            ptr::drop_in_place(entry);
-            alloc::dealloc(ptr as *mut u8, layout);
+            let layout = Entry::<K>::dispose(ptr);
+            pool::free(ptr as *mut u8, layout);
         }
     }
 }

@@ -7,7 +7,7 @@
 //! losing an admission.
 //!
 //! - [`store`]: the lock-free table, its reclamation and its eviction; [`entry`]: one key's
-//!   allocation.
+//!   allocation; [`pool`]: the memory entries and tables live in.
 //! - [`builder`]: [`KeyedLimiterBuilder`]. [`overrides`]: per-key quotas.
 //! - [`key_limit`]: [`KeyLimit`], one key as a limit of [`check_all`](crate::check_all).
 
@@ -15,6 +15,7 @@ mod builder;
 pub(crate) mod entry;
 mod key_limit;
 mod overrides;
+mod pool;
 pub(crate) mod store;
 
 pub use builder::KeyedLimiterBuilder;
@@ -64,6 +65,13 @@ pub type DefaultHashBuilder = ahash::RandomState;
 ///
 /// Keys are `'static`: evicted keys are dropped by the epoch collector, possibly after the
 /// limiter itself.
+///
+/// Entries of up to 576 bytes (a ring of up to 60 buckets on a key of up to 8 bytes) come from
+/// a pool shared by every keyed limiter in the process, in chunks that are advised to the
+/// kernel as huge pages once a size has taken 4 MiB (Linux, with transparent huge pages
+/// `madvise` or `always`); tables of 2 MiB and more are advised the same way. An evicted
+/// key's memory is kept for the next key of its size, never returned to the system, as an
+/// allocator's arena keeps what it grew to.
 ///
 /// # Borrowed keys
 /// As with [`HashMap::get`](std::collections::HashMap::get), every method that takes a key

@@ -46,6 +46,7 @@
 //!   active of them. [`Store::retain_recent`] sweeps the whole table in chunks, releasing the
 //!   lock between chunks. No full scan ever runs under the lock.
 
+use core::alloc::Layout;
 use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 
@@ -54,6 +55,7 @@ use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::window::state::{Shape, State};
 
 use super::entry::{ENTRY_ALIGN, Entry};
+use super::pool::{self, Array};
 
 /// The tag that marks a null slot as a tombstone.
 const TOMBSTONE: usize = 1;
@@ -88,7 +90,7 @@ const CHUNK: usize = 1024;
 
 struct Table<K> {
     mask: usize,
-    slots: Box<[Atomic<Entry<K>>]>,
+    slots: Array<Atomic<Entry<K>>>,
 }
 
 impl<K> Table<K> {
@@ -96,7 +98,7 @@ impl<K> Table<K> {
         debug_assert!(capacity.is_power_of_two());
         Table {
             mask: capacity - 1,
-            slots: (0..capacity).map(|_| Atomic::null()).collect(),
+            slots: Array::new(capacity, Atomic::null),
         }
     }
 
@@ -555,13 +557,43 @@ impl<K, S> Drop for Store<K, S> {
         let table = self.table.load(Ordering::Relaxed, guard);
         // SAFETY: as above; never null.
         let slots = &unsafe { table.deref() }.slots;
-        for slot in slots.iter() {
-            let entry = slot.load(Ordering::Relaxed, guard);
-            if !entry.is_null() {
-                // SAFETY: the current table owns its live entries; retired tables never free
-                // them and evicted ones are no longer in it.
-                drop(unsafe { entry.into_owned() });
+        let mut entries: Vec<usize> = slots
+            .iter()
+            .map(|slot| slot.load(Ordering::Relaxed, guard))
+            .filter(|entry| !entry.is_null())
+            .map(|entry| entry.into_usize() & !TAG_MASK)
+            .collect();
+        // Given back to the pool in runs of adjacent entries, in address order, so that the
+        // pool hands them to the next keys as it would a fresh chunk: one at a time in table
+        // order they came back scattered, each new key's entry a load that missed the cache
+        // before its allocation could return (`keyed_new_key`, a fresh limiter per sample:
+        // 303 -> 640 ns).
+        entries.sort_unstable();
+        let mut run: Option<(usize, usize, Layout)> = None;
+        for entry in entries {
+            // SAFETY: the current table owns its live entries; retired tables never free
+            // them and evicted ones are no longer in it. Each is dropped once.
+            let layout = unsafe { Entry::<K>::dispose(entry) };
+            match run {
+                Some((start, count, l))
+                    if l == layout
+                        && pool::stride(l)
+                            .is_some_and(|stride| start + count * stride == entry) =>
+                {
+                    run = Some((start, count + 1, l));
+                }
+                _ => {
+                    if let Some((start, count, l)) = run {
+                        // SAFETY: entries from the pool, dropped above, none used again.
+                        unsafe { pool::free_run(start as *mut u8, count, l) };
+                    }
+                    run = Some((entry, 1, layout));
+                }
             }
+        }
+        if let Some((start, count, l)) = run {
+            // SAFETY: as above.
+            unsafe { pool::free_run(start as *mut u8, count, l) };
         }
         // SAFETY: as above.
         drop(unsafe { table.into_owned() });
