@@ -299,16 +299,22 @@ pub(crate) struct StoreError(pub(crate) String);
 pub(crate) struct Engine {
     rules: ArcSwap<RuleSet>,
     backend: Backend,
+    /// 1 at start, +1 per reload, after the reload's rules are stored.
     generation: AtomicU64,
+    /// This engine among the process's, so a thread's copy of its rules is not taken for
+    /// another's (the tests make many).
+    id: u64,
 }
 
 impl Engine {
     pub(crate) fn new(spec: Spec, backend: Backend) -> Result<Engine, String> {
+        static ENGINES: AtomicU64 = AtomicU64::new(0);
         let set = RuleSet::build(spec, None, &backend)?;
         Ok(Engine {
             rules: ArcSwap::from_pointee(set),
             backend,
             generation: AtomicU64::new(1),
+            id: ENGINES.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -317,7 +323,9 @@ impl Engine {
         let old = self.rules.load();
         let set = RuleSet::build(spec, Some(&old), &self.backend)?;
         self.rules.store(Arc::new(set));
-        Ok(self.generation.fetch_add(1, Ordering::Relaxed) + 1)
+        // Release: a thread that reads the new generation (Acquire, `decide_in`) then loads
+        // these rules or newer ones.
+        Ok(self.generation.fetch_add(1, Ordering::Release) + 1)
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -356,7 +364,13 @@ impl Engine {
         cost: u64,
         render: impl FnOnce(&RuleSet, Result<&Outcome, Invalid>) -> R,
     ) -> R {
-        let set = self.rules.load();
+        // The thread's copy of the rules while the generation is the one it was taken at: a
+        // load from the `ArcSwap` (its debt list, its guard) costs more than checking.
+        let generation = self.generation.load(Ordering::Acquire);
+        let set = match scratch.rules.take() {
+            Some((id, g, set)) if id == self.id && g == generation => set,
+            _ => self.rules.load_full(),
+        };
         let outcome = set
             .resolve(request, cost, &self.backend, scratch)
             .map(|mut items| {
@@ -372,14 +386,16 @@ impl Engine {
                 };
                 outcome.expect("in-memory limiters never fail")
             });
-        match outcome {
+        let answer = match outcome {
             Ok(o) => {
                 let answer = render(&set, Ok(&o));
                 scratch.recycle(o.statuses);
                 answer
             }
             Err(e) => render(&set, Err(e)),
-        }
+        };
+        scratch.rules = Some((self.id, generation, set));
+        answer
     }
 
     /// Decides through Redis.
@@ -762,6 +778,8 @@ fn descriptor_key<'a>(
 /// two frees per request of one descriptor. It holds at most a request's bounds
 /// (`MAX_DESCRIPTORS` keys of up to `MAX_KEY_BYTES`) per thread.
 pub(crate) struct Scratch {
+    /// The rules of the last in-memory decision on the thread: (engine id, generation, rules).
+    rules: Option<(u64, u64, Arc<RuleSet>)>,
     statuses: Vec<Status>,
     /// The keys, `Status::key` indexing them; the first `used` are this request's.
     keys: Vec<String>,
@@ -771,6 +789,7 @@ pub(crate) struct Scratch {
 impl Scratch {
     const fn new() -> Scratch {
         Scratch {
+            rules: None,
             statuses: Vec::new(),
             keys: Vec::new(),
             used: 0,
