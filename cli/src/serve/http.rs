@@ -327,15 +327,32 @@ impl AsRef<[u8]> for AnswerBuf {
     }
 }
 
-/// The JSON body of `o` and its `RateLimit-Policy`, `RateLimit` and `Retry-After` values.
-/// The common answer, with one rule, is one [`AnswerBuf`]; any other is the JSON in its own
-/// allocation and the fields of `Outcome::fields`.
-fn answer(set: &RuleSet, o: &Outcome) -> (Bytes, [Option<HeaderValue>; 3]) {
+/// The answer to `o`: its JSON body and its `RateLimit-Policy`, `RateLimit` and
+/// `Retry-After` fields. The common answer, with one rule, is one [`AnswerBuf`]; any other is
+/// the JSON in its own allocation and the fields of `Outcome::fields`.
+fn answer(set: &RuleSet, o: &Outcome) -> Response {
+    let status = if o.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
     let Some((s, r)) = o
         .single(set)
         .filter(|_| reply_capacity(set, o) <= ANSWER_ROOM)
     else {
-        return (reply(set, o), o.fields(set));
+        let mut res = json_body(status, reply(set, o));
+        let [policy, limit, retry] = o.fields(set);
+        let h = res.headers_mut();
+        for (name, value) in [
+            (RATELIMIT_POLICY, policy),
+            (RATELIMIT, limit),
+            (RETRY_AFTER, retry),
+        ] {
+            if let Some(v) = value {
+                h.insert(name, v);
+            }
+        }
+        return res;
     };
     let mut a = AnswerBuf {
         len: 0,
@@ -362,7 +379,16 @@ fn answer(set: &RuleSet, o: &Outcome) -> (Bytes, [Option<HeaderValue>; 3]) {
         None if limit => limit_item(&r.field, s.remaining, o.reset_of(s)),
         None => None,
     };
-    (body, [Some(r.policy.clone()), value, o.retry_field()])
+    let mut res = json_body(status, body);
+    let h = res.headers_mut();
+    h.insert(RATELIMIT_POLICY, r.policy.clone());
+    if let Some(v) = value {
+        h.insert(RATELIMIT, v);
+    }
+    if let Some(v) = o.retry_field() {
+        h.insert(RETRY_AFTER, v);
+    }
+    res
 }
 
 /// The JSON of `o`, in one allocation of its length: written in a per-thread buffer and
@@ -403,7 +429,12 @@ fn put_u64(out: &mut impl Out, name: &[u8], value: u64) {
 
 /// Milliseconds, rounded up: a client told to wait this long is never early.
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    // In u64s: through `as_nanos`, a u128 division per figure of the answer.
+    let ms = u64::from(d.subsec_nanos().div_ceil(1_000_000));
+    d.as_secs()
+        .checked_mul(1000)
+        .and_then(|s| s.checked_add(ms))
+        .unwrap_or(u64::MAX)
 }
 
 /// The body, refused with 413 beyond the limit, as JSON.
@@ -462,22 +493,21 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
             return error(StatusCode::BAD_REQUEST, &e.field, &e.message);
         }
     };
-    let res = if api.engine.is_redis() {
+    let metrics = &api.metrics;
+    if api.engine.is_redis() {
         // Boxed: inline, the Redis call's state would size (and so make costlier to move)
         // the future of every request, in memory too.
         let (set, outcome) = Box::pin(api.engine.decide_remote(&request, cost)).await;
         match outcome {
-            Ok(Ok(o)) => respond(&set, Ok(&o)),
-            Ok(Err(e)) => respond(&set, Err(Failure::Store(e))),
-            Err(e) => respond(&set, Err(Failure::Invalid(e))),
+            Ok(Ok(o)) => respond(metrics, started, &set, Ok(&o)),
+            Ok(Err(e)) => respond(metrics, started, &set, Err(Failure::Store(e))),
+            Err(e) => respond(metrics, started, &set, Err(Failure::Invalid(e))),
         }
     } else {
         api.engine.decide_local(&request, cost, |set, outcome| {
-            respond(set, outcome.map_err(Failure::Invalid))
+            respond(metrics, started, set, outcome.map_err(Failure::Invalid))
         })
-    };
-    api.metrics.record(res.1, started);
-    res.0
+    }
 }
 
 enum Failure {
@@ -485,41 +515,30 @@ enum Failure {
     Store(StoreError),
 }
 
-fn respond(set: &RuleSet, outcome: Result<&Outcome, Failure>) -> (Response, Answer) {
-    match outcome {
-        Ok(o) => {
-            let status = if o.allowed {
-                StatusCode::OK
+/// The answer to a decision begun at `started`, counted and timed.
+fn respond(
+    metrics: &ApiMetrics,
+    started: Nanos,
+    set: &RuleSet,
+    outcome: Result<&Outcome, Failure>,
+) -> Response {
+    let (res, counted) = match outcome {
+        Ok(o) => (
+            answer(set, o),
+            if o.allowed {
+                Answer::Ok
             } else {
-                StatusCode::TOO_MANY_REQUESTS
-            };
-            let (body, [policy, limit, retry]) = answer(set, o);
-            let mut res = json_body(status, body);
-            let h = res.headers_mut();
-            for (name, value) in [
-                (RATELIMIT_POLICY, policy),
-                (RATELIMIT, limit),
-                (RETRY_AFTER, retry),
-            ] {
-                if let Some(v) = value {
-                    h.insert(name, v);
-                }
-            }
-            (
-                res,
-                if o.allowed {
-                    Answer::Ok
-                } else {
-                    Answer::OverLimit
-                },
-            )
-        }
+                Answer::OverLimit
+            },
+        ),
         Err(Failure::Invalid(e)) => (
             error(StatusCode::BAD_REQUEST, &e.field, &e.message),
             Answer::Invalid,
         ),
         Err(Failure::Store(e)) => (store_failed(&e), Answer::Error),
-    }
+    };
+    metrics.record(counted, started);
+    res
 }
 
 async fn batch(State(api): State<Arc<Api>>, req: Request) -> Response {
@@ -682,6 +701,7 @@ mod tests {
     use super::*;
     use crate::serve::engine::{Backend, Pairs, ServeClock};
     use crate::serve::rules::toml;
+    use futures_util::FutureExt;
     use slidegate::clock::ManualClock;
 
     /// serde_json's answer: the reference `write_reply` is held to.
@@ -771,6 +791,31 @@ match = ["plan=trial"]
 rule = "trial"
 "#;
 
+    #[test]
+    fn milliseconds_round_up() {
+        let reference =
+            |d: Duration| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let top = u64::MAX / 1000;
+        for (secs, nanos) in [
+            (0, 0),
+            (0, 1),
+            (0, 999_999),
+            (0, 1_000_000),
+            (0, 1_000_001),
+            (1, 500_000_000),
+            (3600, 999_999_999),
+            (top, 0),
+            (top, 615_000_000),
+            (top, 615_000_001),
+            (top, 999_999_999),
+            (top + 1, 0),
+            (u64::MAX, 999_999_999),
+        ] {
+            let d = Duration::new(secs, nanos);
+            assert_eq!(ceil_ms(d), reference(d), "{d:?}");
+        }
+    }
+
     /// Every shape of answer — admitted, denied, shadow, no rule, a limit of the request's
     /// own, a cost no window admits, an escaped rule name — written as serde_json writes it.
     #[test]
@@ -845,10 +890,22 @@ rule = "trial"
                     write_reply(&mut out, set, o);
                     assert_eq!(String::from_utf8(out.clone()).unwrap(), reference(set, o));
                     assert!(out.len() <= room, "grew past its capacity");
-                    // The answer in one allocation: the same body and fields.
-                    let (body, fields) = answer(set, o);
+                    // The answer (in one allocation when it names one rule): the same body
+                    // and fields.
+                    let res = answer(set, o);
+                    assert_eq!(res.status().as_u16(), if o.allowed { 200 } else { 429 });
+                    let fields = o.fields(set);
+                    for (name, value) in ["ratelimit-policy", "ratelimit", "retry-after"]
+                        .into_iter()
+                        .zip(&fields)
+                    {
+                        assert_eq!(res.headers().get(name), value.as_ref(), "{name}");
+                    }
+                    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+                        .now_or_never()
+                        .unwrap()
+                        .unwrap();
                     assert_eq!(body, out);
-                    assert_eq!(fields, o.fields(set));
                     one_allocation += usize::from(o.single(set).is_some());
                     let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
                     for s in value["statuses"].as_array().unwrap() {
