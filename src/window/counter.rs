@@ -3,14 +3,14 @@
 //! runs here.
 //!
 //! A charge tries the ring's fast path first ([`charge_fast`]: the clock in the newest
-//! bucket, the oldest snapshot current), which admits the cost or, under Strict, judges the
-//! common denial from the same loads ([`deny_strict`]: a flood's, whose `retry_after` and
-//! `reset_after` follow from the window's first, second and last tails), so that a flood of
-//! denials costs two slot loads more than an admission, and no CAS, rather than the general
-//! reading and its searches. Anything else goes on with the general loop ([`charge_loop`])
-//! from the loads the fast path made, so a check makes the same atomic accesses either way;
-//! the loop first tries Weighted's and the fixed window's common denial on those loads
-//! ([`deny_fast`]). The limiters call them without going through the state's dispatch,
+//! bucket, the oldest snapshot current), which admits the cost or, in a keyed check under
+//! Strict, judges the common denial from the same loads ([`deny_strict`]: a flood's, whose
+//! `retry_after` and `reset_after` follow from the window's first, second and last tails), so
+//! that a flood of denials costs two slot loads more than an admission, and no CAS, rather
+//! than the general reading and its searches. Anything else goes on with the general loop
+//! ([`charge_loop`]) from the loads the fast path made, so a check makes the same atomic
+//! accesses either way; the loop first tries the common denial on those loads
+//! ([`deny_fast`]: Strict's for a direct check, Weighted's and the fixed window's). The limiters call them without going through the state's dispatch,
 //! through which the check stopped being inlined: the direct limiter calls the two itself,
 //! keeping the fast path inline and the loop out of line; the keyed limiter calls
 //! [`charge`]. Peeks and reservations go through [`decide`].
@@ -20,7 +20,7 @@ use crate::algo::sliding_counter::CounterRule;
 use crate::decision::Decision;
 use crate::window::ring::{Fast, Loads, Reading, Ring};
 
-/// A counter's check: the common admission or Strict denial ([`charge_fast`], its denial
+/// A counter's check: the common admission or Strict denial (the fast path, its denial
 /// inline), else the general loop ([`charge_loop`]). `None` if the ring is retired.
 #[inline]
 pub(crate) fn charge(
@@ -36,10 +36,9 @@ pub(crate) fn charge(
 }
 
 /// The counter's common admission: [`Ring::fast_read`], judged by
-/// [`CounterRule::judge_fast`] and charged by [`Fast::charge`](super::ring::Fast::charge);
-/// or Strict's common denial, [`deny_strict`], on the same reading (out of line here).
+/// [`CounterRule::judge_fast`] and charged by [`Fast::charge`](super::ring::Fast::charge).
 /// Otherwise, having written nothing, `Err` with what the fast read loaded, if anything, for
-/// [`charge_loop`] to go on from.
+/// [`charge_loop`] to go on from (whose first step is the common denial, [`deny_fast`]).
 #[inline(always)]
 pub(crate) fn charge_fast(
     ring: Ring<'_>,
@@ -50,12 +49,14 @@ pub(crate) fn charge_fast(
     fast_check::<false>(ring, rule, now, n)
 }
 
-/// [`charge_fast`], whose Strict denial is inline if `INLINE_DENIAL`, else a call. The keyed
-/// check inlines it: a keyed denial took 341 instructions with it inline and 410 with the
-/// call, an allowed keyed check 303 and 312. The direct check calls it: inline, it cost a
-/// direct allowed check 105 instructions against 95 (the admission's registers spilled
-/// around the denial's), for a denial of 146 against 208 (callgrind, `ManualClock`, a
-/// Strict hour of ten buckets, 1000 `u64` keys for the keyed limiter).
+/// [`charge_fast`], which with `INLINE_DENIAL` also judges Strict's common denial on the same
+/// reading, inline ([`deny_strict`]). The keyed check does: a keyed denial took 341
+/// instructions with it inline and 410 with a call, an allowed keyed check 303 and 312
+/// (callgrind, `ManualClock`, a Strict hour of ten buckets, 1000 `u64` keys). The direct
+/// check does not: with the denial inline its allowed check took 105 instructions against
+/// 95, and with a call to it in the fast path, though 95 instructions, 14.2–14.7 ns against
+/// 9.7–10.2 without (`check_allowed/slidegate_strict/10`, governor 10.0–11.0 in the same
+/// runs); it leaves the denial to the general loop's [`deny_fast`], out of line.
 #[inline(always)]
 fn fast_check<const INLINE_DENIAL: bool>(
     ring: Ring<'_>,
@@ -68,12 +69,8 @@ fn fast_check<const INLINE_DENIAL: bool>(
         return charge_fast_marked(&fast, rule, n);
     }
     let Some(decision) = rule.judge_fast(fast.sum, fast.offset, || fast.rest(), n) else {
-        if rule.is_strict() {
-            return if INLINE_DENIAL {
-                deny_strict(&fast, rule, n)
-            } else {
-                deny_strict_out_of_line(ring, fast.loads(), fast.offset, fast.sum, rule, n)
-            };
+        if INLINE_DENIAL && rule.is_strict() {
+            return deny_strict(&fast, rule, n);
         }
         return Err(Some(fast.loads()));
     };
@@ -92,10 +89,14 @@ fn fast_check<const INLINE_DENIAL: bool>(
 /// judged. `None`, having written nothing, for anything else: the general loop judges it
 /// from the same loads. Out of line and called by the general loop, not by [`charge_fast`]:
 /// a call there made the inlined admission build the reading in memory, a third more
-/// instructions for every allowed check (`check_allowed`). (Strict's is [`deny_strict`].)
+/// instructions for every allowed check (`check_allowed`). Strict's is [`deny_strict`],
+/// which a keyed check has tried inline already.
 #[inline(never)]
 fn deny_fast(ring: &Ring<'_>, loads: Loads, rule: &CounterRule, n: u64) -> Option<Decision> {
     let fast = ring.fast_from(rule.granularity, loads)?;
+    if rule.is_strict() {
+        return deny_strict(&fast, rule, n).ok();
+    }
     let at = fast.front_index();
     let decision = rule.judge_denied_fast(
         fast.sum,
@@ -127,21 +128,6 @@ fn deny_strict(fast: &Fast<'_>, rule: &CounterRule, n: u64) -> Result<Decision, 
         Some(decision) if fast.unmoved() => Ok(decision),
         _ => Err(Some(fast.loads())),
     }
-}
-
-/// [`deny_strict`] out of line, on the reading the fast read made of `loads` (its `offset`
-/// and `sum`), passed as words rather than by reference so that the inlined admission keeps
-/// them in registers.
-#[inline(never)]
-fn deny_strict_out_of_line(
-    ring: Ring<'_>,
-    loads: Loads,
-    offset: u64,
-    sum: u64,
-    rule: &CounterRule,
-    n: u64,
-) -> Result<Decision, Option<Loads>> {
-    deny_strict(&ring.fast_judged(loads, offset, sum), rule, n)
 }
 
 /// [`charge_fast`] for Strict with marks, written without closures: through them the
@@ -187,11 +173,10 @@ pub(crate) fn charge_loop(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
-    // Marks have no fast denial, and Strict's was tried by the fast path: both go to the
-    // general loop without building the fast view again.
+    // Marks have no fast denial: they go to the general loop without building the fast view
+    // again. (A keyed check tried Strict's inline already; what it declined, this declines.)
     if let Some(declined) = loads
         && !rule.is_marked()
-        && !rule.is_strict()
         && let Some(decision) = deny_fast(&ring, declined, rule, n)
     {
         return Some(decision);

@@ -833,18 +833,6 @@ impl Ring<'_> {
         })
     }
 
-    /// The [`Fast`] reading that [`Ring::fast_from`] made of `loads`, given the `offset` and
-    /// `sum` it found.
-    #[inline(always)]
-    pub(crate) fn fast_judged(&self, loads: Loads, offset: u64, sum: u64) -> Fast<'_> {
-        Fast {
-            ring: self,
-            loads,
-            offset,
-            sum,
-        }
-    }
-
     /// Adds `cost` to pending if `cum` still holds the value of `reading`: a reservation
     /// judged on that reading. Fails (the caller re-reads) like [`Ring::try_charge`].
     #[inline]
