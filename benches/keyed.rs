@@ -30,14 +30,16 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "common/memory.rs"]
+mod memory;
 
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
+use memory::MemoryWork;
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
@@ -235,86 +237,6 @@ fn unshared_work(i: u64) -> u64 {
         x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     }
     x
-}
-
-/// A key's block in [`MemoryWork`]: the size of an entry of a ring of ten buckets (152
-/// bytes), with the hash and the key where an entry has them, then the ring's words.
-#[repr(C)]
-struct Block {
-    hash: u64,
-    head: [u64; 3],
-    key: u64,
-    /// `front`, `goal`, `cum` and eleven slots, as in an entry.
-    words: [AtomicU64; 14],
-}
-
-/// The memory work of a keyed check of a held key and nothing else: hash the key (ahash),
-/// probe a linear-probing table of pointers to separately allocated 152-byte blocks, load
-/// the block's `front`, `cum` and one slot, and CAS `cum`. No clock, no epoch pin, no rule.
-/// Each thread has its own, so the threads share no line.
-struct MemoryWork {
-    hasher: ahash::RandomState,
-    slots: Box<[Option<Box<Block>>]>,
-}
-
-impl MemoryWork {
-    /// A table of `capacity` slots (a power of two) holding `keys`.
-    fn new(keys: impl Iterator<Item = u64>, capacity: usize) -> MemoryWork {
-        let hasher = ahash::RandomState::new();
-        let mut slots: Box<[Option<Box<Block>>]> = (0..capacity).map(|_| None).collect();
-        for key in keys {
-            let hash = hasher.hash_one(key);
-            let mut i = hash as usize & (capacity - 1);
-            while slots[i].is_some() {
-                i = (i + 1) & (capacity - 1);
-            }
-            slots[i] = Some(Box::new(Block {
-                hash,
-                head: [0; 3],
-                key,
-                words: std::array::from_fn(|w| AtomicU64::new(if w < 2 { 11 } else { 0 })),
-            }));
-        }
-        MemoryWork { hasher, slots }
-    }
-
-    /// `key`'s block (hash, then probe from its home slot).
-    #[inline]
-    fn find(&self, key: u64) -> Option<&Block> {
-        let hash = self.hasher.hash_one(key);
-        let mask = self.slots.len() - 1;
-        let mut i = hash as usize & mask;
-        while let Some(block) = self.slots[i].as_deref() {
-            if block.hash == hash && block.key == key {
-                return Some(block);
-            }
-            i = (i + 1) & mask;
-        }
-        None
-    }
-
-    /// The check's memory work on `key`: whether its CAS succeeded.
-    #[inline]
-    fn touch(&self, key: u64) -> bool {
-        self.find(key).is_some_and(|block| {
-            let front = block.words[0].load(Ordering::Acquire);
-            let cum = &block.words[2];
-            let seen = cum.load(Ordering::Acquire);
-            black_box(block.words[3 + front as usize % 11].load(Ordering::Acquire));
-            cum.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })
-    }
-
-    /// A denial's memory work on `key`: the same loads, no CAS.
-    #[inline]
-    fn read(&self, key: u64) -> u64 {
-        self.find(key).map_or(0, |block| {
-            let front = block.words[0].load(Ordering::Acquire);
-            let cum = block.words[2].load(Ordering::Acquire);
-            cum.wrapping_sub(block.words[3 + front as usize % 11].load(Ordering::Acquire))
-        })
-    }
 }
 
 fn contended(c: &mut Criterion) {

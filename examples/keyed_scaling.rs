@@ -28,75 +28,24 @@
 
 use std::hint::black_box;
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use slidegate::clock::{Clock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
+// The baseline's memory work, as the benchmark has it; its denial's `read` is the
+// benchmark's alone.
+#[allow(dead_code)]
+#[path = "../benches/common/memory.rs"]
+mod memory;
+
+use memory::MemoryWork;
+
 /// Keys per thread.
 const KEYS: u64 = 1000;
 const ITERATIONS: u64 = 1_000_000;
 const ROUNDS: usize = 15;
-
-/// A key's block in [`MemoryWork`]: an entry's size for ten buckets, hash and key first.
-#[repr(C)]
-struct Block {
-    hash: u64,
-    head: [u64; 3],
-    key: u64,
-    /// `front`, `goal`, `cum` and eleven slots.
-    words: [AtomicU64; 14],
-}
-
-/// A table of blocks, one per key (see the module documentation).
-struct MemoryWork {
-    hasher: ahash::RandomState,
-    slots: Box<[Option<Box<Block>>]>,
-}
-
-impl MemoryWork {
-    fn new(keys: impl Iterator<Item = u64>, capacity: usize) -> MemoryWork {
-        let hasher = ahash::RandomState::new();
-        let mut slots: Box<[Option<Box<Block>>]> = (0..capacity).map(|_| None).collect();
-        for key in keys {
-            let hash = hasher.hash_one(key);
-            let mut i = hash as usize & (capacity - 1);
-            while slots[i].is_some() {
-                i = (i + 1) & (capacity - 1);
-            }
-            slots[i] = Some(Box::new(Block {
-                hash,
-                head: [0; 3],
-                key,
-                words: std::array::from_fn(|w| AtomicU64::new(if w < 2 { 11 } else { 0 })),
-            }));
-        }
-        MemoryWork { hasher, slots }
-    }
-
-    /// A keyed check's memory work on `key`: whether its CAS succeeded.
-    #[inline]
-    fn touch(&self, key: u64) -> bool {
-        let hash = self.hasher.hash_one(key);
-        let mask = self.slots.len() - 1;
-        let mut i = hash as usize & mask;
-        while let Some(block) = self.slots[i].as_deref() {
-            if block.hash == hash && block.key == key {
-                let front = block.words[0].load(Ordering::Acquire);
-                let cum = &block.words[2];
-                let seen = cum.load(Ordering::Acquire);
-                black_box(block.words[3 + front as usize % 11].load(Ordering::Acquire));
-                return cum
-                    .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok();
-            }
-            i = (i + 1) & mask;
-        }
-        false
-    }
-}
 
 /// Twenty multiply-xorshift rounds.
 fn compute(i: u64) -> u64 {
