@@ -35,9 +35,11 @@ const CLASS: usize = 16;
 const MAX_POOLED: usize = 576;
 
 /// The chunk a class takes while it is small.
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 const SMALL_CHUNK: usize = 64 << 10;
 
 /// What a class takes in small chunks before it takes huge-page ones.
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 const SMALL_TOTAL: usize = 4 << 20;
 
 /// A chunk on huge pages: the size and alignment of an x86-64 or aarch64 (4 KiB granule)
@@ -45,15 +47,19 @@ const SMALL_TOTAL: usize = 4 << 20;
 const HUGE_CHUNK: usize = 2 << 20;
 
 /// The number of size classes.
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 const CLASSES: usize = MAX_POOLED / CLASS;
 
 /// Free entries a thread keeps per class before it gives them all back to the class.
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 const STASH: usize = 128;
 
 /// Entries a thread takes from its class at once when it has none.
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 const REFILL: usize = 32;
 
 /// One size class, shared by every thread.
+#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 struct Class {
     /// The first free entry (0: none); each free entry holds the address of the next.
     free: usize,
