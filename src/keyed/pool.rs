@@ -97,15 +97,7 @@ struct Local {
 
 #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 thread_local! {
-    static LOCAL: Local = const {
-        Local {
-            free: [const { Cell::new(0) }; CLASSES],
-            tail: [const { Cell::new(0) }; CLASSES],
-            len: [const { Cell::new(0) }; CLASSES],
-            next: [const { Cell::new(0) }; CLASSES],
-            end: [const { Cell::new(0) }; CLASSES],
-        }
-    };
+    static LOCAL: Local = const { Local::new() };
 }
 
 #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
@@ -142,6 +134,17 @@ unsafe fn link(entry: usize, next: usize) {
 
 #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 impl Local {
+    /// Empty lists and ranges.
+    const fn new() -> Local {
+        Local {
+            free: [const { Cell::new(0) }; CLASSES],
+            tail: [const { Cell::new(0) }; CLASSES],
+            len: [const { Cell::new(0) }; CLASSES],
+            next: [const { Cell::new(0) }; CLASSES],
+            end: [const { Cell::new(0) }; CLASSES],
+        }
+    }
+
     /// An entry of class `c` (`size` bytes), from this thread's list or range, refilled from
     /// the class when both are empty; 0 if the system has no memory left.
     fn take(&self, c: usize, size: usize) -> usize {
@@ -274,13 +277,7 @@ pub(crate) fn alloc(layout: Layout) -> *mut u8 {
             // This thread's pool is gone (its locals are being torn down): take one entry
             // from the class itself.
             .unwrap_or_else(|_| {
-                let local = Local {
-                    free: [const { Cell::new(0) }; CLASSES],
-                    tail: [const { Cell::new(0) }; CLASSES],
-                    len: [const { Cell::new(0) }; CLASSES],
-                    next: [const { Cell::new(0) }; CLASSES],
-                    end: [const { Cell::new(0) }; CLASSES],
-                };
+                let local = Local::new();
                 let entry = local.take(c, size);
                 drop(local);
                 entry

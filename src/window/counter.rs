@@ -10,10 +10,11 @@
 //! than the general reading and its searches. Anything else goes on with the general loop
 //! ([`charge_loop`]) from the loads the fast path made, so a check makes the same atomic
 //! accesses either way; the loop first tries the common denial on those loads
-//! ([`deny_fast`]: Strict's for a direct check, Weighted's and the fixed window's). The limiters call them without going through the state's dispatch,
-//! through which the check stopped being inlined: the direct limiter calls the two itself,
-//! keeping the fast path inline and the loop out of line; the keyed limiter calls
-//! [`charge`]. Peeks and reservations go through [`decide`].
+//! ([`deny_fast`]: Strict's for a direct check, Weighted's and the fixed window's). The
+//! limiters call them without going through the state's dispatch, through which the check
+//! stopped being inlined: the direct limiter calls the two itself, keeping the fast path
+//! inline and the loop out of line; the keyed limiter calls [`charge`]. Peeks and
+//! reservations go through [`decide`].
 
 use crate::algo::Op;
 use crate::algo::sliding_counter::CounterRule;
@@ -82,15 +83,15 @@ fn fast_check<const INLINE_DENIAL: bool>(
     }
 }
 
-/// Weighted's and the fixed window's common denial, from the loads of a fast read that
-/// declined: a flood's ([`CounterRule::judge_denied_fast`]: the general judgement's values,
+/// The common denial, from the loads of a fast read that declined: Strict's by
+/// [`deny_strict`] (which a keyed check has tried inline already), Weighted's and the fixed
+/// window's by [`CounterRule::judge_denied_fast`] (a flood's: the general judgement's values,
 /// its searches skipped), made on a reading as consistent as [`Ring::read`]'s (the fast
 /// read's conditions, then `front` re-checked). A denial writes nothing, so it is returned as
 /// judged. `None`, having written nothing, for anything else: the general loop judges it
 /// from the same loads. Out of line and called by the general loop, not by [`charge_fast`]:
 /// a call there made the inlined admission build the reading in memory, a third more
-/// instructions for every allowed check (`check_allowed`). Strict's is [`deny_strict`],
-/// which a keyed check has tried inline already.
+/// instructions for every allowed check (`check_allowed`).
 #[inline(never)]
 fn deny_fast(ring: &Ring<'_>, loads: Loads, rule: &CounterRule, n: u64) -> Option<Decision> {
     let fast = ring.fast_from(rule.granularity, loads)?;
