@@ -289,8 +289,8 @@ impl Hash for Counted {
 /// Collects epoch garbage until `registry` has seen `want` drops, or for at most 60 s (the
 /// epoch advances only once every thread pinned anywhere in the process has moved on, and
 /// other tests run beside this one). The bound only ends a wait that would never succeed; it
-/// is normally met in milliseconds, but 10 s was too short under valgrind with every other
-/// test of the file running beside it.
+/// is normally met in milliseconds, but under valgrind, with the file's other tests running
+/// beside it, even 60 s was not always enough, so `.ci/valgrind` runs them one at a time.
 fn collect_until(registry: &Registry, want: usize) {
     let start = std::time::Instant::now();
     while registry.dropped() < want && start.elapsed() < Duration::from_secs(60) {
