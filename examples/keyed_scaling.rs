@@ -14,6 +14,11 @@
 //! - `pin`: a crossbeam-epoch pin and unpin alone, which every keyed check takes;
 //! - `memory_pinned`, `memory_pinned_clock`: `memory` inside a pin, then with a clock reading
 //!   (`QuantaClock`) too;
+//! - `light_pin`, `memory_light_pinned`: what a reader would pay with a reclaimer that fences
+//!   for it (Linux's `membarrier`, as liburcu and the `seize` crate do): the global epoch
+//!   loaded, stored in a thread-local word, a compiler fence, the word cleared on the way
+//!   out. Only the reader's half, with no reclaimer: a measure of what such a scheme's pin
+//!   would cost a check, not one that frees anything;
 //! - `slidegate`: `KeyedLimiter::check` on one limiter holding both threads' keys;
 //! - `separate_limiters`: each thread a limiter of its own.
 //!
@@ -28,6 +33,7 @@
 
 use std::hint::black_box;
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering, compiler_fence};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -60,6 +66,30 @@ fn compute(i: u64) -> u64 {
 /// Thread `t`'s `i`-th key, in a scattered order.
 fn key(t: u64, i: u64) -> u64 {
     t * KEYS + i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS
+}
+
+/// The epoch of the light pin's (absent) reclaimer.
+static EPOCH: AtomicU64 = AtomicU64::new(2);
+
+thread_local! {
+    /// This thread's pinned epoch (odd while pinned), in a line of its own.
+    static PINNED: Padded = const { Padded(AtomicU64::new(0)) };
+}
+
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+/// `f` inside a light pin: the epoch published in this thread's word, ordered before `f`'s
+/// loads by a compiler fence only (the reclaimer's `membarrier` would supply the processor's
+/// fence), and withdrawn with a release store.
+fn light_pinned<R>(f: impl FnOnce() -> R) -> R {
+    PINNED.with(|word| {
+        word.0.store(EPOCH.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        let r = f();
+        word.0.store(0, Ordering::Release);
+        r
+    })
 }
 
 type Check<'a> = Box<dyn Fn(u64, u64) + Sync + 'a>;
@@ -126,6 +156,18 @@ fn main() {
                 let guard = crossbeam_epoch::pin();
                 black_box(i);
                 drop(guard);
+            }),
+        ),
+        (
+            "light_pin",
+            Box::new(|_, i| {
+                light_pinned(|| black_box(i));
+            }),
+        ),
+        (
+            "memory_light_pinned",
+            Box::new(|t, i| {
+                light_pinned(|| black_box(memory[t as usize].touch(key(t, i))));
             }),
         ),
         (

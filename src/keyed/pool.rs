@@ -24,7 +24,10 @@
 //! Chunks are never returned to the system: an evicted entry's memory goes back to its class
 //! for the next key of that size, as a `malloc` arena keeps what it has grown to. Larger
 //! entries (an exact log's head, rings of many buckets) and every entry under the loom and
-//! shuttle models use the global allocator.
+//! shuttle models use the global allocator; so does every entry of a build with
+//! `--cfg slidegate_valgrind` (`.ci/valgrind`), so that memcheck sees each entry as an
+//! allocation of its own: an entry read after it was freed, or never freed, is an error
+//! there, where inside a chunk it would be neither.
 
 use std::alloc::{self, Layout};
 
@@ -35,11 +38,11 @@ const CLASS: usize = 16;
 const MAX_POOLED: usize = 576;
 
 /// The chunk a class takes while it is small.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 const SMALL_CHUNK: usize = 64 << 10;
 
 /// What a class takes in small chunks before it takes huge-page ones.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 const SMALL_TOTAL: usize = 4 << 20;
 
 /// A chunk on huge pages: the size and alignment of an x86-64 or aarch64 (4 KiB granule)
@@ -47,19 +50,19 @@ const SMALL_TOTAL: usize = 4 << 20;
 const HUGE_CHUNK: usize = 2 << 20;
 
 /// The number of size classes.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 const CLASSES: usize = MAX_POOLED / CLASS;
 
 /// Free entries a thread keeps per class before it gives them all back to the class.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 const STASH: usize = 128;
 
 /// Entries a thread takes from its class at once when it has none.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 const REFILL: usize = 32;
 
 /// One size class, shared by every thread.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 struct Class {
     /// The first free entry (0: none); each free entry holds the address of the next.
     free: usize,
@@ -73,7 +76,7 @@ struct Class {
     runs: Vec<(usize, usize)>,
 }
 
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 static SHARED: [std::sync::Mutex<Class>; CLASSES] = [const {
     std::sync::Mutex::new(Class {
         free: 0,
@@ -86,7 +89,7 @@ static SHARED: [std::sync::Mutex<Class>; CLASSES] = [const {
 
 /// What one thread keeps of each class, so that most allocations and frees take no lock (as
 /// `malloc`'s per-thread caches do): a free list with its tail and length, and a bump range.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 struct Local {
     free: [Cell<usize>; CLASSES],
     tail: [Cell<usize>; CLASSES],
@@ -95,18 +98,18 @@ struct Local {
     end: [Cell<usize>; CLASSES],
 }
 
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 thread_local! {
     static LOCAL: Local = const { Local::new() };
 }
 
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 use core::cell::Cell;
 
 /// The class of `layout`, if it is pooled.
 #[inline]
 fn class(layout: Layout) -> Option<usize> {
-    let pooled = cfg!(not(any(slidegate_loom, slidegate_shuttle)))
+    let pooled = cfg!(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))
         && layout.size() <= MAX_POOLED
         && layout.align() <= CLASS;
     pooled.then(|| layout.size().max(1).div_ceil(CLASS) - 1)
@@ -116,7 +119,7 @@ fn class(layout: Layout) -> Option<usize> {
 ///
 /// # Safety
 /// `entry` is on a free list: its first word holds the next one's address.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 unsafe fn next_of(entry: usize) -> usize {
     // SAFETY: the caller's contract; free memory is the pool's alone.
     unsafe { *(entry as *const usize) }
@@ -126,13 +129,13 @@ unsafe fn next_of(entry: usize) -> usize {
 ///
 /// # Safety
 /// `entry` is free memory of the pool that no one else uses.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 unsafe fn link(entry: usize, next: usize) {
     // SAFETY: the caller's contract.
     unsafe { *(entry as *mut usize) = next };
 }
 
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 impl Local {
     /// Empty lists and ranges.
     const fn new() -> Local {
@@ -249,7 +252,7 @@ impl Local {
     }
 }
 
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 impl Drop for Local {
     /// A thread that ends gives its entries back, the rest of its ranges as free entries.
     fn drop(&mut self) {
@@ -269,7 +272,7 @@ impl Drop for Local {
 /// Allocates memory for `layout` (non-zero size); null if the system has none left.
 #[inline]
 pub(crate) fn alloc(layout: Layout) -> *mut u8 {
-    #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+    #[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
     if let Some(c) = class(layout) {
         let size = (c + 1) * CLASS;
         let entry = LOCAL
@@ -294,7 +297,7 @@ pub(crate) fn alloc(layout: Layout) -> *mut u8 {
 /// `ptr` must come from [`alloc()`] with the same `layout`, and not be used again.
 #[inline]
 pub(crate) unsafe fn free(ptr: *mut u8, layout: Layout) {
-    #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+    #[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
     if let Some(c) = class(layout) {
         let entry = ptr as usize;
         if LOCAL.try_with(|local| local.give(c, entry)).is_err() {
@@ -323,7 +326,7 @@ pub(crate) fn stride(layout: Layout) -> Option<usize> {
 /// # Safety
 /// Each must come from [`alloc()`] with `layout`, and not be used again.
 pub(crate) unsafe fn free_run(start: *mut u8, count: usize, layout: Layout) {
-    #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+    #[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
     if let Some(c) = class(layout) {
         let (start, size) = (start as usize, (c + 1) * CLASS);
         lock(c).runs.push((start, start + count * size));
@@ -334,7 +337,7 @@ pub(crate) unsafe fn free_run(start: *mut u8, count: usize, layout: Layout) {
     unsafe { free(start, layout) };
 }
 
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 fn lock(class: usize) -> std::sync::MutexGuard<'static, Class> {
     // Nothing panics under the lock; a poisoned class is still consistent.
     SHARED[class]
@@ -343,7 +346,7 @@ fn lock(class: usize) -> std::sync::MutexGuard<'static, Class> {
 }
 
 /// A new chunk of `size` bytes, aligned to its size, advised as huge pages if it is one.
-#[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
+#[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
 fn take_chunk(size: usize) -> Option<usize> {
     let layout = Layout::from_size_align(size, size).ok()?;
     // SAFETY: a non-zero size.
@@ -431,7 +434,7 @@ impl<T> Drop for Array<T> {
     }
 }
 
-#[cfg(all(test, not(any(slidegate_loom, slidegate_shuttle))))]
+#[cfg(all(test, not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind))))]
 mod tests {
     use super::*;
 
