@@ -84,7 +84,8 @@ struct Padded(AtomicU64);
 /// fence), and withdrawn with a release store.
 fn light_pinned<R>(f: impl FnOnce() -> R) -> R {
     PINNED.with(|word| {
-        word.0.store(EPOCH.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
+        word.0
+            .store(EPOCH.load(Ordering::Relaxed) | 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         let r = f();
         word.0.store(0, Ordering::Release);

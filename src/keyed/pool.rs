@@ -109,8 +109,11 @@ use core::cell::Cell;
 /// The class of `layout`, if it is pooled.
 #[inline]
 fn class(layout: Layout) -> Option<usize> {
-    let pooled = cfg!(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))
-        && layout.size() <= MAX_POOLED
+    let pooled = cfg!(not(any(
+        slidegate_loom,
+        slidegate_shuttle,
+        slidegate_valgrind
+    ))) && layout.size() <= MAX_POOLED
         && layout.align() <= CLASS;
     pooled.then(|| layout.size().max(1).div_ceil(CLASS) - 1)
 }
