@@ -33,13 +33,13 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 mod common;
-#[path = "common/memory.rs"]
-mod memory;
+#[path = "common/scaling.rs"]
+mod scaling;
 
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use memory::MemoryWork;
+use scaling::{MemoryWork, one_thread, unshared_work};
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
@@ -218,25 +218,19 @@ fn new_key(c: &mut Criterion) {
     group.finish();
 }
 
-/// Runs `check(0, i)` for `iters` iterations on this thread, through the same dynamic call as
-/// `two_threads`: the one-thread figure a two-thread pair's time is compared with.
-fn one_thread(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
-    let start = Instant::now();
-    for i in 0..iters {
-        check(0, i);
-    }
-    start.elapsed()
-}
-
-/// Work that shares nothing between threads (twenty multiply-xorshift rounds, about a keyed
-/// check's time): the speed-up the machine itself gives two threads.
-fn unshared_work(i: u64) -> u64 {
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for _ in 0..20 {
-        x ^= x >> 29;
-        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    }
-    x
+/// Benches `check` as `name/disjoint` (on two threads at once) and `name/one_thread`
+/// (thread 0's checks alone, through the same call).
+fn disjoint_and_one_thread(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    check: &(dyn Fn(u64, u64) + Sync),
+) {
+    group.bench_function(BenchmarkId::new(name, "disjoint"), |b| {
+        b.iter_custom(|iters| two_threads(iters, check))
+    });
+    group.bench_function(BenchmarkId::new(name, "one_thread"), |b| {
+        b.iter_custom(|iters| one_thread(iters, check))
+    });
 }
 
 fn contended(c: &mut Criterion) {
@@ -251,19 +245,8 @@ fn contended(c: &mut Criterion) {
     }
     // Disjoint: thread t checks keys t·1000 .. t·1000 + 999.
     let key = |t: u64, i: u64| t * keys + scattered(i, keys);
-    group.bench_function(BenchmarkId::new("slidegate", "disjoint"), |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, &|t, i| {
-                let _ = black_box(ours.check(&key(t, i)));
-            })
-        })
-    });
-    group.bench_function(BenchmarkId::new("slidegate", "one_thread"), |b| {
-        b.iter_custom(|iters| {
-            one_thread(iters, &|t, i| {
-                let _ = black_box(ours.check(&key(t, i)));
-            })
-        })
+    disjoint_and_one_thread(&mut group, "slidegate", &|t, i| {
+        let _ = black_box(ours.check(&key(t, i)));
     });
     // Each thread its own limiter (thread t's keys in limiter t): the same checks with no
     // table, entry or store field shared, only crossbeam-epoch's global state.
@@ -281,75 +264,26 @@ fn contended(c: &mut Criterion) {
         })
     });
     // The same memory work without a limiter: thread t's keys in a table of its own, of the
-    // size of `ours` (4096 slots for 2000 keys: it doubles past a load of 3/4).
+    // size of `ours` (4096 slots for 2000 keys: it doubles past a load of 3/4); then the same
+    // inside a crossbeam-epoch pin, as every keyed check takes one.
     let memory = [0, 1].map(|t| MemoryWork::new(t * keys..(t + 1) * keys, 4096));
-    group.bench_function(BenchmarkId::new("memory", "disjoint"), |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, &|t, i| {
-                black_box(memory[t as usize].touch(key(t, i)));
-            })
-        })
+    disjoint_and_one_thread(&mut group, "memory", &|t, i| {
+        black_box(memory[t as usize].touch(key(t, i)));
     });
-    group.bench_function(BenchmarkId::new("memory", "one_thread"), |b| {
-        b.iter_custom(|iters| {
-            one_thread(iters, &|t, i| {
-                black_box(memory[t as usize].touch(key(t, i)));
-            })
-        })
+    disjoint_and_one_thread(&mut group, "memory_pinned", &|t, i| {
+        let guard = crossbeam_epoch::pin();
+        black_box(memory[t as usize].touch(key(t, i)));
+        drop(guard);
     });
-    // The same inside a crossbeam-epoch pin, as every keyed check takes one.
-    group.bench_function(BenchmarkId::new("memory_pinned", "disjoint"), |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, &|t, i| {
-                let guard = crossbeam_epoch::pin();
-                black_box(memory[t as usize].touch(key(t, i)));
-                drop(guard);
-            })
-        })
+    disjoint_and_one_thread(&mut group, "baseline", &|_, i| {
+        black_box(unshared_work(i));
     });
-    group.bench_function(BenchmarkId::new("memory_pinned", "one_thread"), |b| {
-        b.iter_custom(|iters| {
-            one_thread(iters, &|t, i| {
-                let guard = crossbeam_epoch::pin();
-                black_box(memory[t as usize].touch(key(t, i)));
-                drop(guard);
-            })
-        })
-    });
-    group.bench_function(BenchmarkId::new("baseline", "disjoint"), |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, &|_, i| {
-                black_box(unshared_work(i));
-            })
-        })
-    });
-    group.bench_function(BenchmarkId::new("baseline", "one_thread"), |b| {
-        b.iter_custom(|iters| {
-            one_thread(iters, &|_, i| {
-                black_box(unshared_work(i));
-            })
-        })
-    });
-    // The same work inside a crossbeam-epoch pin, as every keyed check takes one: the
-    // epoch's own cost to two threads (a pin every 128 tries to advance the global epoch,
-    // reading every thread's record).
-    group.bench_function(BenchmarkId::new("epoch_pin", "disjoint"), |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, &|_, i| {
-                let guard = crossbeam_epoch::pin();
-                black_box(unshared_work(i));
-                drop(guard);
-            })
-        })
-    });
-    group.bench_function(BenchmarkId::new("epoch_pin", "one_thread"), |b| {
-        b.iter_custom(|iters| {
-            one_thread(iters, &|_, i| {
-                let guard = crossbeam_epoch::pin();
-                black_box(unshared_work(i));
-                drop(guard);
-            })
-        })
+    // The same work inside a crossbeam-epoch pin: the epoch's own cost to two threads (a pin
+    // every 128 tries to advance the global epoch, reading every thread's record).
+    disjoint_and_one_thread(&mut group, "epoch_pin", &|_, i| {
+        let guard = crossbeam_epoch::pin();
+        black_box(unshared_work(i));
+        drop(guard);
     });
     group.bench_function(BenchmarkId::new("governor", "disjoint"), |b| {
         b.iter_custom(|iters| {

@@ -6,7 +6,8 @@
 //! the fastest of each, in ns per check (per pair of checks on two threads), and the speed-up
 //! `2 × one / pair`. The cases:
 //!
-//! - `compute`: twenty multiply-xorshift rounds, no memory (the bench's `baseline`);
+//! - `compute`: twenty multiply-xorshift rounds, no memory (the bench's `baseline`,
+//!   `unshared_work`);
 //! - `memory`: a keyed check's memory work and nothing else: hash the key (ahash), probe a
 //!   linear-probing table of 4096 pointers to separately allocated 152-byte blocks (the size
 //!   of an entry of ten buckets), load the block's `front`, `cum` and one slot, CAS `cum`.
@@ -32,40 +33,32 @@
 //! ```
 
 use std::hint::black_box;
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering, compiler_fence};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use slidegate::clock::{Clock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
-// The baseline's memory work, as the benchmark has it; its denial's `read` is the
-// benchmark's alone.
+// The benchmark's two-thread timing, key order and baselines, as `benches/keyed.rs` has
+// them; the denial's `read` is the benchmark's alone.
+#[path = "../benches/common/mod.rs"]
+mod common;
 #[allow(dead_code)]
-#[path = "../benches/common/memory.rs"]
-mod memory;
+#[path = "../benches/common/scaling.rs"]
+mod scaling;
 
-use memory::MemoryWork;
+use common::{scattered, two_threads};
+use scaling::{MemoryWork, one_thread, unshared_work};
 
 /// Keys per thread.
 const KEYS: u64 = 1000;
 const ITERATIONS: u64 = 1_000_000;
 const ROUNDS: usize = 15;
 
-/// Twenty multiply-xorshift rounds.
-fn compute(i: u64) -> u64 {
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for _ in 0..20 {
-        x ^= x >> 29;
-        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    }
-    x
-}
-
 /// Thread `t`'s `i`-th key, in a scattered order.
 fn key(t: u64, i: u64) -> u64 {
-    t * KEYS + i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % KEYS
+    t * KEYS + scattered(i, KEYS)
 }
 
 /// The epoch of the light pin's (absent) reclaimer.
@@ -97,32 +90,12 @@ type Check<'a> = Box<dyn Fn(u64, u64) + Sync + 'a>;
 
 /// ns per check on thread 0 alone.
 fn one(check: &(dyn Fn(u64, u64) + Sync)) -> f64 {
-    let start = Instant::now();
-    for i in 0..ITERATIONS {
-        check(0, i);
-    }
-    start.elapsed().as_nanos() as f64 / ITERATIONS as f64
+    one_thread(ITERATIONS, check).as_nanos() as f64 / ITERATIONS as f64
 }
 
 /// ns per pair of checks on two threads at once.
 fn pair(check: &(dyn Fn(u64, u64) + Sync)) -> f64 {
-    let barrier = Barrier::new(2);
-    let elapsed = thread::scope(|s| {
-        let other = s.spawn(|| {
-            barrier.wait();
-            for i in 0..ITERATIONS {
-                check(1, i);
-            }
-        });
-        barrier.wait();
-        let start = Instant::now();
-        for i in 0..ITERATIONS {
-            check(0, i);
-        }
-        other.join().expect("the second thread finishes");
-        start.elapsed()
-    });
-    elapsed.as_nanos() as f64 / ITERATIONS as f64
+    two_threads(ITERATIONS, check).as_nanos() as f64 / ITERATIONS as f64
 }
 
 fn main() {
@@ -142,7 +115,7 @@ fn main() {
         (
             "compute",
             Box::new(|_, i| {
-                black_box(compute(i));
+                black_box(unshared_work(i));
             }),
         ),
         (

@@ -1,8 +1,31 @@
-//! The memory work of a keyed check and nothing else, for the two-thread baselines of
-//! `benches/keyed.rs` and `examples/keyed_scaling.rs`.
+//! What the two-thread scaling measurements of `benches/keyed.rs` and
+//! `examples/keyed_scaling.rs` share besides `common`'s `two_threads`: one thread's timing,
+//! work that shares nothing, and the memory work of a keyed check and nothing else.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Runs `check(0, i)` for `iters` iterations on this thread, through the same dynamic call as
+/// `two_threads`: the one-thread figure a two-thread pair's time is compared with.
+pub fn one_thread(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
+    let start = Instant::now();
+    for i in 0..iters {
+        check(0, i);
+    }
+    start.elapsed()
+}
+
+/// Work that shares nothing between threads (twenty multiply-xorshift rounds, about a keyed
+/// check's time): the speed-up the machine itself gives two threads.
+pub fn unshared_work(i: u64) -> u64 {
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..20 {
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+    x
+}
 
 /// A key's block in [`MemoryWork`]: the size of an entry of a ring of ten buckets (152
 /// bytes), with the hash and the key where an entry has them, then the ring's words.
