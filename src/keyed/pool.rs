@@ -470,13 +470,16 @@ mod tests {
     }
 
     /// Serialises the tests of class 0 (at most 16 bytes: no entry is that small).
-    static CLASS_0: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    fn class_0() -> std::sync::MutexGuard<'static, ()> {
+        static CLASS_0: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        CLASS_0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 
     #[test]
     fn a_run_given_back_is_handed_out_in_address_order() {
-        let _class = CLASS_0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _class = class_0();
         let layout = Layout::from_size_align(16, 16).unwrap();
         assert_eq!(stride(layout), Some(16));
         // On a thread of its own, so that no list of this thread's is in the way: the entries
@@ -512,9 +515,7 @@ mod tests {
 
     #[test]
     fn a_thread_that_ends_gives_its_entries_back() {
-        let _class = CLASS_0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _class = class_0();
         let layout = Layout::from_size_align(16, 16).unwrap();
         let theirs = std::thread::spawn(move || {
             let entry = alloc(layout) as usize;
