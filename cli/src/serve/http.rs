@@ -340,19 +340,8 @@ fn answer(set: &RuleSet, o: &Outcome) -> Response {
         .single(set)
         .filter(|_| reply_capacity(set, o) <= ANSWER_ROOM)
     else {
-        let mut res = json_body(status, reply(set, o));
         let [policy, limit, retry] = o.fields(set);
-        let h = res.headers_mut();
-        for (name, value) in [
-            (RATELIMIT_POLICY, policy),
-            (RATELIMIT, limit),
-            (RETRY_AFTER, retry),
-        ] {
-            if let Some(v) = value {
-                h.insert(name, v);
-            }
-        }
-        return res;
+        return with_fields(json_body(status, reply(set, o)), policy, limit, retry);
     };
     let mut a = AnswerBuf {
         len: 0,
@@ -379,13 +368,31 @@ fn answer(set: &RuleSet, o: &Outcome) -> Response {
         None if limit => limit_item(&r.field, s.remaining, o.reset_of(s)),
         None => None,
     };
-    let mut res = json_body(status, body);
+    with_fields(
+        json_body(status, body),
+        Some(r.policy.clone()),
+        value,
+        o.retry_field(),
+    )
+}
+
+/// `res` with the fields that are present of `RateLimit-Policy`, `RateLimit` and
+/// `Retry-After`.
+#[inline]
+fn with_fields(
+    mut res: Response,
+    policy: Option<HeaderValue>,
+    limit: Option<HeaderValue>,
+    retry: Option<HeaderValue>,
+) -> Response {
     let h = res.headers_mut();
-    h.insert(RATELIMIT_POLICY, r.policy.clone());
-    if let Some(v) = value {
+    if let Some(v) = policy {
+        h.insert(RATELIMIT_POLICY, v);
+    }
+    if let Some(v) = limit {
         h.insert(RATELIMIT, v);
     }
-    if let Some(v) = o.retry_field() {
+    if let Some(v) = retry {
         h.insert(RETRY_AFTER, v);
     }
     res
