@@ -104,6 +104,23 @@ pub use keyed::{DefaultHashBuilder, KeyLimit, KeyedLimiter, KeyedLimiterBuilder}
 pub use multi::{Limit, MultiDecision, check_all};
 pub use quota::{ConfigError, MAX_BUCKETS, MAX_LIMIT, Mode, Quota};
 
+/// Hooks for slidegate's own tests; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    /// Frees the keyed entries the calling thread evicted, and any other retired memory no
+    /// thread can still reach (two epoch collections), unless a thread stays pinned.
+    pub fn reclaim() {
+        crate::sync::epoch::reclaim();
+    }
+
+    /// The epoch reclamation itself, for the loom model of its protocol
+    /// (`loom-tests/tests/epoch_reclamation.rs`) and the benchmarks' pin.
+    pub mod epoch {
+        pub use crate::sync::epoch::{Guard, pin};
+        pub use crossbeam_epoch::{Atomic, Shared};
+    }
+}
+
 /// The README's examples, compiled and run as doc tests. Two of them need the `axum` and
 /// `redis` features, so they run with every feature on, as `bash .ci/test` runs them.
 #[cfg(all(doctest, feature = "axum", feature = "redis"))]

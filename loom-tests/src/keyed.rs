@@ -26,7 +26,7 @@ pub fn spawn_evictor(limiter: &Arc<Keyed>) -> JoinHandle<usize> {
     let limiter = Arc::clone(limiter);
     thread::spawn(move || {
         let evicted = limiter.retain_recent();
-        crossbeam_epoch::pin().flush();
+        slidegate::__private::reclaim();
         evicted
     })
 }

@@ -53,7 +53,7 @@ fn multi_check_racing_a_forced_eviction_of_its_key() {
             let keyed = Arc::clone(&keyed);
             thread::spawn(move || {
                 let d = keyed.check(&2u32);
-                crossbeam_epoch::pin().flush();
+                slidegate::__private::reclaim();
                 d
             })
         };

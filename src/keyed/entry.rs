@@ -1,6 +1,6 @@
 //! One key's entry in the store: its hash, its state's head, its key and its state's atomic
 //! words, in one allocation from the store's pool ([`super::pool`]), made and freed
-//! for crossbeam-epoch.
+//! through crossbeam-epoch's atomic pointers and the store's epoch reclamation.
 
 use core::{mem, ptr};
 use std::alloc::{self, Layout};

@@ -14,10 +14,10 @@
 //! small ring's words share the entry's first lines.
 //!
 //! # Why this design
-//! - **Lookups write nothing shared.** A lookup pins the epoch (a thread-local write),
-//!   loads the table and probes: compare the slot's tag, then the entry's hash and key. No
-//!   lock, no reference count, no access timestamp; the only shared writes on a check are the
-//!   key's own ring.
+//! - **Lookups write nothing shared.** A lookup pins the epoch (a store to the thread's own
+//!   record behind a compiler fence; `crate::sync::epoch`), loads the table and probes:
+//!   compare the slot's tag, then the entry's hash and key. No lock, no reference count, no
+//!   access timestamp; the only shared writes on a check are the key's own ring.
 //! - **One writer at a time.** Inserts, evictions and resizes take `writer`, a mutex that
 //!   lookups never take. A key's first check is already a slow path (it allocates); making it
 //!   single-writer removes every insert/insert and insert/evict race: two inserts of one key

@@ -1,4 +1,4 @@
-//! The one place that names atomics, loom and crossbeam-epoch.
+//! The one place that names atomics, loom and epoch reclamation.
 //!
 //! Everything else imports its atomic types, locks, cells and epoch reclamation from here,
 //! so the same code runs on `std` and, when built with `RUSTFLAGS="--cfg slidegate_loom"`,
@@ -8,17 +8,19 @@
 //!
 //! With `RUSTFLAGS="--cfg slidegate_shuttle"` the atomics, the lock and the back-off are
 //! [shuttle]'s instead, whose random and PCT schedulers run many threads' interleavings at
-//! random (`shuttle-tests/`). crossbeam-epoch stays itself there: shuttle runs its threads
-//! one at a time on one OS thread, so they share one epoch handle, pins nest, and nothing is
-//! freed while any of them is pinned (sound, but reclamation is loom's to check).
+//! random (`shuttle-tests/`). Epoch reclamation runs on std's primitives there: shuttle runs
+//! its threads one at a time on one OS thread, so they share one epoch record, pins nest,
+//! and nothing is freed while any of them is pinned (sound, but reclamation is loom's to
+//! check).
 //!
-//! Memory reclamation is [crossbeam-epoch], re-exported here as `epoch`. Under loom the
-//! crate is built with its `loom` feature and `--cfg crossbeam_loom` (both set by
-//! `.ci/test`), so its pins, deferred frees and atomic pointers are model-checked too.
+//! Memory reclamation is [`epoch`]: crossbeam-epoch's algorithm and atomic pointers, with
+//! the reader's processor fence moved to the reclaimer. Under loom it runs on loom's
+//! primitives, and crossbeam-epoch (whose `Atomic` pointers it uses) is built with its
+//! `loom` feature and `--cfg crossbeam_loom` (both set by `.ci/test`), so pins, deferred
+//! frees and atomic pointers are model-checked too.
 //!
 //! [loom]: https://docs.rs/loom
 //! [shuttle]: https://docs.rs/shuttle
-//! [crossbeam-epoch]: https://docs.rs/crossbeam-epoch
 
 #[cfg(not(any(slidegate_loom, slidegate_shuttle)))]
 pub(crate) use std::sync::Arc;
@@ -41,8 +43,7 @@ pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(slidegate_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 
-/// Epoch-based reclamation; the same crate on `std` and under loom (see above).
-pub(crate) use crossbeam_epoch as epoch;
+pub(crate) mod epoch;
 
 /// The time-stamp counter behind `QuantaClock`: quanta's clock, except under loom, where
 /// quanta cannot be built (it needs crossbeam-utils' `AtomicCell`, which `--cfg crossbeam_loom`
