@@ -25,7 +25,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use loom_tests::model;
-use slidegate::__private::epoch::{Atomic, Shared, pin};
+use slidegate::__private::epoch::{Atomic, Owned, Pointer, Shared, pin};
 use slidegate::__private::reclaim;
 
 /// An object whose reads race its drop as loom sees them.
@@ -77,5 +77,72 @@ fn a_reader_never_sees_its_object_freed() {
         reader.join().expect("reader panicked");
         reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 1, "freed other than once");
+    });
+}
+
+/// Reads the object `shared` holds, replaces it with a new one holding `value`, reads the
+/// first object again (which the other thread may have swapped out, retired and collected
+/// meanwhile), retires the one it swapped out, unpins and collects: what each thread of
+/// `two_writers_each_retiring_while_the_other_reads` does.
+fn read_replace_collect(shared: &Atomic<Object>, value: u64, drops: &Arc<AtomicUsize>) {
+    let guard = pin();
+    let read = || {
+        let current = shared.load(Ordering::Acquire, &guard);
+        // SAFETY: loaded under the pin; freed only through the epoch; never null here.
+        let object = unsafe { current.deref() };
+        move || {
+            // SAFETY: written only by the drop, which loom orders after this read.
+            let seen = object.value.with(|value| unsafe { *value });
+            assert_ne!(seen, 0, "a freed object read");
+        }
+    };
+    let check_first = read();
+    check_first();
+    let new = Owned::new(Object {
+        value: UnsafeCell::new(value),
+        drops: Arc::clone(drops),
+    });
+    let old = shared.swap(new, Ordering::AcqRel, &guard);
+    check_first();
+    // SAFETY: unlinked by the swap, retired once.
+    unsafe { guard.defer_destroy(old) };
+    check_first();
+    drop(guard);
+    reclaim();
+}
+
+/// Two threads each reading the object the other may retire: collections racing each other
+/// (one takes the lock, the other returns), a hand-over racing a collection's take, each
+/// thread's reads checked before and after its own swap and retirement. Fails with each of
+/// the five breaks above.
+#[test]
+fn two_writers_each_retiring_while_the_other_reads() {
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::new(Atomic::new(Object {
+            value: UnsafeCell::new(1),
+            drops: Arc::clone(&drops),
+        }));
+        let other = {
+            let (shared, drops) = (Arc::clone(&shared), Arc::clone(&drops));
+            thread::spawn(move || read_replace_collect(&shared, 2, &drops))
+        };
+        read_replace_collect(&shared, 3, &drops);
+        other.join().expect("other panicked");
+        reclaim();
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            2,
+            "a retired object not freed once"
+        );
+        let last = {
+            let guard = pin();
+            shared
+                .swap(Shared::null(), Ordering::AcqRel, &guard)
+                .into_usize()
+        };
+        // SAFETY: every thread is done; the last object is owned here.
+        drop(unsafe { <Owned<Object> as Pointer<Object>>::from_usize(last) });
+        assert_eq!(drops.load(Ordering::SeqCst), 3);
     });
 }

@@ -34,9 +34,17 @@
 //!   visible to it, or else orders the reader's later loads after everything before the
 //!   fence). It then runs the bags tagged `t` with `t + 2 <= ` the epoch: no reader pinned
 //!   when they were unlinked can still be pinned two advances later.
-//! - A collection runs when a bag is handed over, on [`reclaim`], and on every
-//!   [`PINS_PER_COLLECT`]th pin of a thread made while some bag is waiting: every pin reads
-//!   one shared word (`waiting`), which only hand-overs and collections write.
+//! - A full bag is handed over and nothing more: the thread may hold a lock of its own (the
+//!   store's writer), under which no fence should wait and no other object's drop run.
+//!   Collections run on a thread's every [`PINS_PER_COLLECT`]th outermost pin made while
+//!   some bag waits (every pin reads one shared word, `waiting`, which only hand-overs and
+//!   collections write), at most one fenced collection per [`FENCE_INTERVAL`] (a
+//!   `membarrier` interrupts every processor running the process), and on [`reclaim`].
+//! - A drop that panics in a collection leaks the rest of what that collection would have
+//!   freed; the pin it ran from has its guard already and unpins on the way out. A
+//!   `membarrier` that fails after the process registered for it (not expected; a sandbox
+//!   installed later could) makes that collection tag and free nothing: memory then waits,
+//!   nothing is freed early.
 //!
 //! # Checked by
 //! loom: under `--cfg slidegate_loom` this module runs on loom's atomics, lock, thread-locals
@@ -70,6 +78,13 @@ const BAG: usize = 64;
 
 /// A thread collects at every this many of its pins made while garbage waits.
 const PINS_PER_COLLECT: usize = 128;
+
+/// The least time between two fenced collections, but for [`reclaim`]'s. A `membarrier`
+/// took 9.6 µs here with another thread of the process running (an interrupt to its
+/// processor, which it also delays), 0.35 µs with none; at most a thousand a second bound
+/// its cost to about 1% of a processor however fast objects are retired.
+#[cfg(not(slidegate_loom))]
+const FENCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A retired object: its pointer's bits and the function that frees it.
 struct Deferred {
@@ -123,20 +138,15 @@ impl Local {
         // to a collection by its heavy fence.
         self.epoch.store((epoch << 1) | 1, Ordering::Relaxed);
         barrier::light(self.expedited);
-        // Relaxed: a hint; a bag missed now is collected at a later look. Read on every pin
-        // (a line that only hand-overs and collections write); counted only while it is set.
-        if global.waiting.load(Ordering::Relaxed) != 0 {
-            self.waiting(global);
-        }
     }
 
-    /// A pin while garbage waits: every [`PINS_PER_COLLECT`]th one collects.
+    /// After a pin while garbage waits: every [`PINS_PER_COLLECT`]th one collects.
     #[cold]
     fn waiting(&self, global: &Global) {
         let pins = self.pins.get().wrapping_add(1);
         self.pins.set(pins);
         if pins % PINS_PER_COLLECT == 0 {
-            global.collect();
+            global.collect(false);
         }
     }
 
@@ -162,9 +172,10 @@ impl Local {
         }
         bag.push(deferred);
         if bag.len() >= BAG {
-            let full = mem::take(bag);
-            global.hand_over(full);
-            global.collect();
+            // Handed over only: the caller may hold a lock of its own (the store's writer),
+            // under which no `membarrier` should wait and no other object's drop should run.
+            // The owner's later pins collect it.
+            global.hand_over(mem::take(bag));
         }
     }
 
@@ -182,6 +193,9 @@ impl Local {
 struct Collector {
     /// Bags with the epoch each was tagged with, oldest first.
     tagged: VecDeque<(usize, Bag)>,
+    /// When a collection last fenced.
+    #[cfg(not(slidegate_loom))]
+    fenced: Option<std::time::Instant>,
 }
 
 struct Global {
@@ -214,6 +228,8 @@ macro_rules! new_global {
             unfenced: Mutex::new(Vec::new()),
             collector: Mutex::new(Collector {
                 tagged: VecDeque::new(),
+                #[cfg(not(slidegate_loom))]
+                fenced: None,
             }),
             records: Mutex::new(Records {
                 all: Vec::new(),
@@ -259,18 +275,38 @@ impl Global {
     }
 
     fn hand_over(&self, bag: Bag) {
-        lock(&self.unfenced).push(bag);
-        // Relaxed: a hint for pins.
+        let mut unfenced = lock(&self.unfenced);
+        unfenced.push(bag);
+        // Relaxed: a hint for pins. Under the lock, so that a collection that takes the bag
+        // counts it off only after it was counted on.
         self.waiting.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Tags the bags handed over so far, advances the epoch if every pinned thread is pinned
     /// at the current one, and runs the bags no reader can reach any more. Returns at once if
-    /// another thread is collecting.
-    fn collect(&self) {
-        let Ok(mut collector) = self.collector.try_lock() else {
-            return;
+    /// another thread is collecting, or, unless `now`, if a collection fenced less than
+    /// [`FENCE_INTERVAL`] ago.
+    fn collect(&self, now: bool) {
+        let mut collector = match self.collector.try_lock() {
+            Ok(collector) => collector,
+            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         };
+        // loom's executions have no time: every collection there fences.
+        #[cfg(not(slidegate_loom))]
+        {
+            let at = std::time::Instant::now();
+            if !now
+                && collector
+                    .fenced
+                    .is_some_and(|last| at - last < FENCE_INTERVAL)
+            {
+                return;
+            }
+            collector.fenced = Some(at);
+        }
+        #[cfg(slidegate_loom)]
+        let _ = now;
         let fresh = mem::take(&mut *lock(&self.unfenced));
         if !barrier::heavy() {
             // No fence, no tag: the bags wait for a collection whose fence succeeds.
@@ -312,7 +348,8 @@ impl Global {
         self.waiting.fetch_sub(ready.len(), Ordering::Relaxed);
         drop(collector);
         // Outside the lock: a drop may retire more, and a collection it starts must not
-        // find the lock held by its own thread.
+        // find the lock held by its own thread. A drop that panics leaks the rest of the
+        // bags (safe); the caller's guard, made before it collected, still unpins.
         ready.into_iter().for_each(run);
     }
 }
@@ -515,14 +552,22 @@ pub fn pin() -> Guard {
     if transient {
         tagged |= TRANSIENT;
     }
-    if !record.is_pinned() {
+    let fresh = !record.is_pinned();
+    if fresh {
         record.pin(global);
         tagged |= OUTER;
     }
-    Guard {
+    let guard = Guard {
         tagged,
         _thread: core::marker::PhantomData,
+    };
+    // Relaxed: a hint; garbage missed now is collected at a later look. Read on every
+    // outermost pin (a line that only hand-overs and collections write). After the guard
+    // is made, so that a drop that panics in the collection unpins on its way out.
+    if fresh && global.waiting.load(Ordering::Relaxed) != 0 {
+        record.waiting(global);
     }
+    guard
 }
 
 /// Hands the calling thread's retired objects to the collector and collects twice: every
@@ -538,7 +583,7 @@ pub(crate) fn reclaim() {
         unsafe { &*local }.flush(global);
     }
     for _ in 0..2 {
-        global.collect();
+        global.collect(true);
     }
 }
 
@@ -563,8 +608,8 @@ impl Guard {
     /// Frees `ptr`'s object once no thread pinned now can still reach it.
     ///
     /// # Safety
-    /// The object is unlinked (no thread that pins after this call can reach it) and is
-    /// retired once.
+    /// The object is unlinked (no thread that pins after this call can reach it), is retired
+    /// once, and may be dropped on any thread (as if it were `Send`).
     pub unsafe fn defer_destroy<T: ?Sized + Pointable>(&self, ptr: Shared<'_, T>) {
         let deferred = Deferred {
             data: ptr.into_usize(),
