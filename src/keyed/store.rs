@@ -542,6 +542,9 @@ where
         // SAFETY: unlinked; a table's drop frees only its slot array, and readers still
         // probing it are pinned.
         unsafe { guard.defer_destroy(old_shared) };
+        // A table is large (16 MiB at a million keys): handed over now, not when this
+        // thread's bag fills, so that it is freed a few collections later.
+        guard.hand_over();
         writer.tombstones = 0;
         writer.cursor = 0;
         // SAFETY: just published; freed only through `defer_destroy`.

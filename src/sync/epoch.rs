@@ -626,6 +626,20 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// Hands what this thread retired so far to the collector now, rather than when its bag
+    /// fills: for a large object (a retired table), which a bag that never fills would
+    /// otherwise keep until the thread ends. Collects nothing, so it may be called under a
+    /// lock.
+    pub(crate) fn hand_over(&self) {
+        let local = self.local();
+        if !local.is_null() {
+            // SAFETY: records live as long as the global; this thread owns the record.
+            unsafe { &*local }.flush(&GLOBAL);
+        }
+    }
+}
+
 impl core::ops::Deref for Guard {
     type Target = crossbeam_epoch::Guard;
 

@@ -114,3 +114,23 @@ fn unprotected_frees_at_once() {
     unsafe { guard.defer_destroy(object) };
     assert_eq!(drops.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn handed_over_objects_are_freed_by_other_threads_collections() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    {
+        let guard = pin();
+        let object = Owned::new(Counted(Arc::clone(&drops))).into_shared(&guard);
+        // SAFETY: never linked anywhere, retired once.
+        unsafe { guard.defer_destroy(object) };
+        // Without this the object stays in this thread's bag, which no other thread's
+        // collection reaches.
+        guard.hand_over();
+    }
+    let collector = {
+        let drops = Arc::clone(&drops);
+        thread::spawn(move || reclaim_until(&drops, 1))
+    };
+    collector.join().unwrap();
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+}
