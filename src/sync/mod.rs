@@ -8,9 +8,9 @@
 //!
 //! With `RUSTFLAGS="--cfg slidegate_shuttle"` the atomics, the lock and the back-off are
 //! [shuttle]'s instead, whose random and PCT schedulers run many threads' interleavings at
-//! random (`shuttle-tests/`). Epoch reclamation runs on std's primitives there: shuttle runs
-//! its threads one at a time on one OS thread, so they share one epoch record, pins nest,
-//! and nothing is freed while any of them is pinned (sound, but reclamation is loom's to
+//! random (`shuttle-tests/`). Epoch reclamation gives each shuttle thread a record of its own
+//! but runs on std's atomics there: shuttle runs its threads one at a time on one OS thread,
+//! so they never interleave inside a pin or a collection (reclamation races are loom's to
 //! check).
 //!
 //! Memory reclamation is [`epoch`]: crossbeam-epoch's algorithm and atomic pointers, with
