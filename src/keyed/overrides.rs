@@ -57,8 +57,10 @@ where
 
     /// Publishes a copy of the map changed by `change`.
     pub(super) fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, Rule, S>)) {
-        let _writer = sync::lock(&self.writer);
+        // Pinned before the lock: an outermost pin may collect, running other objects' drops,
+        // which must not run under this lock.
         let guard = epoch::pin();
+        let _writer = sync::lock(&self.writer);
         let old = self.map.load(Ordering::Acquire, &guard);
         // SAFETY: as in `get`.
         let mut map = match unsafe { old.as_ref() } {

@@ -26,10 +26,11 @@
 //!   table), which a lookup either sees or does not; a lookup that misses a key being inserted
 //!   falls to the writer path, which sees it under the lock.
 //! - **Resizes never stop readers.** A resize builds a new table holding the same entry
-//!   pointers, publishes it with one store and retires the old table with `defer_destroy`.
-//!   Readers still probing the old table see valid entries; a table's `Drop` frees only its
-//!   slot array, never the entries it shares with its successor. The store's own `Drop` frees
-//!   the entries of the current table.
+//!   pointers, publishes it with one store and retires the old table with `defer_destroy`,
+//!   handing it to the collector at once (`Guard::hand_over`): a large object, not to wait
+//!   in the thread's bag. Readers still probing the old table see valid entries; a table's
+//!   `Drop` frees only its slot array, never the entries it shares with its successor. The
+//!   store's own `Drop` frees the entries of the current table.
 //! - **Eviction never changes a decision.** An entry is unlinked only after its ring was
 //!   retired (see `window/ring.rs`, "Retirement"): retired while idle, it answers as a fresh
 //!   entry would, and a check that found it a moment before fails its charge, looks the key

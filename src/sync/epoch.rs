@@ -35,11 +35,13 @@
 //!   fence). It then runs the bags tagged `t` with `t + 2 <= ` the epoch: no reader pinned
 //!   when they were unlinked can still be pinned two advances later.
 //! - A full bag is handed over and nothing more: the thread may hold a lock of its own (the
-//!   store's writer), under which no fence should wait and no other object's drop run.
-//!   Collections run on a thread's every [`PINS_PER_COLLECT`]th outermost pin made while
-//!   some bag waits (every pin reads one shared word, `waiting`, which only hand-overs and
-//!   collections write), at most one fenced collection per [`FENCE_INTERVAL`] (a
-//!   `membarrier` interrupts every processor running the process), and on [`reclaim`].
+//!   store's writer), under which no fence should wait and no other object's drop run. A
+//!   partial bag is handed over when its thread ends, and on [`Guard::hand_over`] (the store
+//!   does so after retiring a table). Collections are tried on a thread's every
+//!   [`PINS_PER_COLLECT`]th outermost pin made while some bag waits (every outermost pin
+//!   reads one shared word, `waiting`, which only hand-overs and collections write), at most
+//!   one per [`FENCE_INTERVAL`] (a `membarrier` interrupts every processor running the
+//!   process), and on [`reclaim`], which the interval does not hold back.
 //! - A drop that panics in a collection leaks the rest of what that collection would have
 //!   freed; the pin it ran from has its guard already and unpins on the way out. A
 //!   `membarrier` that fails after the process registered for it (not expected; a sandbox
@@ -76,7 +78,8 @@ use std::sync::{Mutex, MutexGuard};
 /// Objects a thread retires before it hands its bag to the collector.
 const BAG: usize = 64;
 
-/// A thread collects at every this many of its pins made while garbage waits.
+/// A thread tries a collection at every this many of its outermost pins made while garbage
+/// waits (it may be held back by [`FENCE_INTERVAL`] or find another thread collecting).
 const PINS_PER_COLLECT: usize = 128;
 
 /// The least time between two fenced collections, but for [`reclaim`]'s. A `membarrier`
@@ -140,7 +143,8 @@ impl Local {
         barrier::light(self.expedited);
     }
 
-    /// After a pin while garbage waits: every [`PINS_PER_COLLECT`]th one collects.
+    /// After an outermost pin while garbage waits: every [`PINS_PER_COLLECT`]th one tries a
+    /// collection.
     #[cold]
     fn waiting(&self, global: &Global) {
         let pins = self.pins.get().wrapping_add(1);
@@ -193,7 +197,8 @@ impl Local {
 struct Collector {
     /// Bags with the epoch each was tagged with, oldest first.
     tagged: VecDeque<(usize, Bag)>,
-    /// When a collection last fenced.
+    /// When a collection last passed the interval's test (whether or not its fence then
+    /// succeeded).
     #[cfg(not(slidegate_loom))]
     fenced: Option<std::time::Instant>,
 }
@@ -362,7 +367,8 @@ impl Drop for Global {
         unfenced.into_iter().for_each(run);
         let tagged = mem::take(&mut lock(&self.collector).tagged);
         tagged.into_iter().for_each(|(_, bag)| run(bag));
-        for local in mem::take(&mut lock(&self.records).all) {
+        let records = mem::take(&mut lock(&self.records).all);
+        for local in records {
             // SAFETY: allocated by `register`; no thread uses a record any more.
             let local = unsafe { Box::from_raw(local.cast_mut()) };
             run(local.bag.into_inner());
@@ -571,10 +577,11 @@ pub fn pin() -> Guard {
 }
 
 /// Hands the calling thread's retired objects to the collector and collects twice: every
-/// object retired before the call is freed if no thread is pinned meanwhile (the first
-/// collection tags and advances, the second advances again and runs them). Frees nothing
-/// that a pinned thread, the caller included, might still reach. For tests, which count
-/// frees.
+/// object retired before the call is freed if no thread is pinned meanwhile and no other
+/// thread is collecting at the same moment (the first collection tags and advances, the
+/// second advances again and runs them; a collection that finds another running returns).
+/// Frees nothing that a pinned thread, the caller included, might still reach. For tests,
+/// which count frees and call it until the count is reached.
 pub(crate) fn reclaim() {
     let global: &Global = &GLOBAL;
     let local = current::existing();
