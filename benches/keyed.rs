@@ -20,7 +20,8 @@
 //!   `slidegate/separate_limiters` gives each thread a limiter of its own;
 //!   `memory/{one_thread, disjoint}` makes a keyed check's memory accesses with no limiter
 //!   (hash, probe, a 152-byte block per key, a CAS), each thread in a table of its own, and
-//!   `memory_pinned/…` the same inside an epoch pin.
+//!   `memory_pinned/…` the same inside a crossbeam-epoch pin (the peer of the store's own
+//!   reclamation, whose pin `floor` takes).
 //!
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
@@ -164,7 +165,7 @@ fn denied(c: &mut Criterion) {
     configure(&mut group);
     // Limit 1, each key checked once: every benched check is denied.
     held_keys(&mut group, 1_000, 1, 1);
-    // What a denial of this store cannot do without: an epoch pin, a clock reading and the
+    // What a denial of this store cannot do without: its epoch pin, a clock reading and the
     // memory reads of a keyed check (hash, probe, the block's `front`, `cum` and a slot, in a
     // table of the size of `slidegate`'s for 1000 keys), with no rule and no write.
     let (keys, clock) = (1_000u64, QuantaClock::new());
@@ -173,7 +174,7 @@ fn denied(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("floor", keys), |b| {
         b.iter(|| {
             i += 1;
-            let guard = crossbeam_epoch::pin();
+            let guard = slidegate::__private::epoch::pin();
             let now = clock.now().0;
             black_box(memory.read(scattered(i, keys)).wrapping_add(now));
             drop(guard);
@@ -249,7 +250,7 @@ fn contended(c: &mut Criterion) {
         let _ = black_box(ours.check(&key(t, i)));
     });
     // Each thread its own limiter (thread t's keys in limiter t): the same checks with no
-    // table, entry or store field shared, only crossbeam-epoch's global state.
+    // table, entry or store field shared, only the epoch's global state.
     let separate = [slidegate(MAX_LIMIT), slidegate(MAX_LIMIT)];
     for t in 0..2 {
         for i in 0..keys {
@@ -265,7 +266,8 @@ fn contended(c: &mut Criterion) {
     });
     // The same memory work without a limiter: thread t's keys in a table of its own, of the
     // size of `ours` (4096 slots for 2000 keys: it doubles past a load of 3/4); then the same
-    // inside a crossbeam-epoch pin, as every keyed check takes one.
+    // inside a crossbeam-epoch pin, the reclamation the store used before its own
+    // (`src/sync/epoch.rs`), kept as the peer whose two-thread cost that one removed.
     let memory = [0, 1].map(|t| MemoryWork::new(t * keys..(t + 1) * keys, 4096));
     disjoint_and_one_thread(&mut group, "memory", &|t, i| {
         black_box(memory[t as usize].touch(key(t, i)));

@@ -12,7 +12,9 @@
 //!   linear-probing table of 4096 pointers to separately allocated 152-byte blocks (the size
 //!   of an entry of ten buckets), load the block's `front`, `cum` and one slot, CAS `cum`.
 //!   Each thread has a table of its own: the threads share no line;
-//! - `pin`: a crossbeam-epoch pin and unpin alone, which every keyed check takes;
+//! - `pin`: a crossbeam-epoch pin and unpin alone (the peer of the store's own reclamation);
+//! - `own_pin`, `memory_own_pinned`: the store's own pin (`src/sync/epoch.rs`), which every
+//!   keyed check takes, alone and around `memory`;
 //! - `memory_pinned`, `memory_pinned_clock`: `memory` inside a pin, then with a clock reading
 //!   (`QuantaClock`) too;
 //! - `light_pin`, `memory_light_pinned`: what a reader would pay with a reclaimer that fences
@@ -129,6 +131,22 @@ fn main() {
             Box::new(|_, i| {
                 let guard = crossbeam_epoch::pin();
                 black_box(i);
+                drop(guard);
+            }),
+        ),
+        (
+            "own_pin",
+            Box::new(|_, i| {
+                let guard = slidegate::__private::epoch::pin();
+                black_box(i);
+                drop(guard);
+            }),
+        ),
+        (
+            "memory_own_pinned",
+            Box::new(|t, i| {
+                let guard = slidegate::__private::epoch::pin();
+                black_box(memory[t as usize].touch(key(t, i)));
                 drop(guard);
             }),
         ),
