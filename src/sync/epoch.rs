@@ -8,8 +8,8 @@
 //! and executes only a *compiler* fence; a nested guard is told by the record's epoch word
 //! being set already, and pins are counted only while garbage waits. A pin and unpin in a
 //! loop: 1.27 ns against crossbeam-epoch's 2.38; `keyed_allowed` at 1000 keys 24.1 / 25.0 ns
-//! against 30.3 / 28.0 with crossbeam-epoch's pin (docs/benchmarks.md). The processor fence the reader skipped is
-//! supplied, when it matters, by the reclaimer: Linux's `membarrier` with
+//! against 30.3 / 28.0 with crossbeam-epoch's pin (docs/benchmarks.md). The processor fence
+//! the reader skipped is supplied, when it matters, by the reclaimer: Linux's `membarrier` with
 //! `MEMBARRIER_CMD_PRIVATE_EXPEDITED` runs a full fence on every processor running one of the
 //! process's threads before it returns — the asymmetric fences of liburcu, folly and the
 //! `seize` crate. Reclamation is rare (a bag of evicted entries or a retired table) and each
@@ -66,14 +66,27 @@ use crossbeam_utils::CachePadded;
 
 pub(crate) use crossbeam_epoch::{Atomic, Owned, Pointable, Pointer, Shared};
 
+// The crate's primitives (std's, or loom's under loom), but std's under shuttle: see the
+// module's documentation.
+#[cfg(not(slidegate_shuttle))]
+use super::{AtomicUsize, Mutex, Ordering, lock};
 #[cfg(slidegate_loom)]
-use loom::sync::atomic::{AtomicUsize, Ordering, fence};
-#[cfg(slidegate_loom)]
-use loom::sync::{Mutex, MutexGuard};
+use loom::sync::atomic::fence;
 #[cfg(not(slidegate_loom))]
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
-#[cfg(not(slidegate_loom))]
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::fence;
+#[cfg(slidegate_shuttle)]
+use std::sync::{
+    Mutex,
+    atomic::{AtomicUsize, Ordering},
+};
+
+/// `sync::lock` for std's lock, which this module keeps under shuttle.
+#[cfg(slidegate_shuttle)]
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Objects a thread retires before it hands its bag to the collector.
 const BAG: usize = 64;
@@ -197,8 +210,8 @@ impl Local {
 struct Collector {
     /// Bags with the epoch each was tagged with, oldest first.
     tagged: VecDeque<(usize, Bag)>,
-    /// When a collection last passed the interval's test (whether or not its fence then
-    /// succeeded).
+    /// When a collection from a pin last passed the interval's test (whether or not its
+    /// fence then succeeded); [`reclaim`]'s neither wait for the interval nor restart it.
     #[cfg(not(slidegate_loom))]
     fenced: Option<std::time::Instant>,
 }
@@ -299,21 +312,27 @@ impl Global {
         };
         // loom's executions have no time: every collection there fences.
         #[cfg(not(slidegate_loom))]
-        {
+        if !now {
             let at = std::time::Instant::now();
-            if !now
-                && collector
-                    .fenced
-                    .is_some_and(|last| at - last < FENCE_INTERVAL)
+            if collector
+                .fenced
+                .is_some_and(|last| at - last < FENCE_INTERVAL)
             {
                 return;
             }
             collector.fenced = Some(at);
+            // Counted for the unit test of the interval.
+            #[cfg(all(test, not(slidegate_shuttle)))]
+            tests::PACED.fetch_add(1, Ordering::SeqCst);
         }
         #[cfg(slidegate_loom)]
         let _ = now;
         let fresh = mem::take(&mut *lock(&self.unfenced));
-        if !barrier::heavy() {
+        let fenced = barrier::heavy();
+        // The unit tests' stand-in for a `membarrier` that fails after registration.
+        #[cfg(all(test, not(any(slidegate_loom, slidegate_shuttle))))]
+        let fenced = fenced && !tests::FENCES_FAIL.load(Ordering::SeqCst);
+        if !fenced {
             // No fence, no tag: the bags wait for a collection whose fence succeeds.
             lock(&self.unfenced).extend(fresh);
             return;
@@ -374,12 +393,6 @@ impl Drop for Global {
             run(local.bag.into_inner());
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(not(slidegate_loom))]
@@ -540,13 +553,6 @@ pub struct Guard {
     _thread: core::marker::PhantomData<*const Local>,
 }
 
-impl Guard {
-    #[inline]
-    fn local(&self) -> *const Local {
-        (self.tagged & !(OUTER | TRANSIENT)) as *const Local
-    }
-}
-
 /// Pins the calling thread's epoch.
 #[inline]
 pub fn pin() -> Guard {
@@ -612,6 +618,11 @@ pub(crate) unsafe fn unprotected() -> &'static Guard {
 }
 
 impl Guard {
+    #[inline]
+    fn local(&self) -> *const Local {
+        (self.tagged & !(OUTER | TRANSIENT)) as *const Local
+    }
+
     /// Frees `ptr`'s object once no thread pinned now can still reach it.
     ///
     /// # Safety
@@ -631,9 +642,7 @@ impl Guard {
         // SAFETY: records live as long as the global; this thread owns the record.
         unsafe { &*local }.defer(&GLOBAL, deferred);
     }
-}
 
-impl Guard {
     /// Hands what this thread retired so far to the collector now, rather than when its bag
     /// fills: for a large object (a retired table), which a bag that never fills would
     /// otherwise keep until the thread ends. Collects nothing, so it may be called under a

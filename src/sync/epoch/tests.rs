@@ -2,12 +2,20 @@
 //! that pinned before its retirement is still pinned, and not lost when its thread ends.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{Owned, pin, reclaim, unprotected};
+use super::{FENCE_INTERVAL, Owned, pin, reclaim, unprotected};
+
+/// Collections that passed the interval's test and were not `reclaim`'s (counted by
+/// `Global::collect`, for `pins_fence_at_most_once_an_interval`).
+pub(super) static PACED: AtomicUsize = AtomicUsize::new(0);
+
+/// While set, every collection acts as if its `membarrier` had failed (read by
+/// `Global::collect`, for `a_failing_fence_frees_nothing_and_loses_nothing`).
+pub(super) static FENCES_FAIL: AtomicBool = AtomicBool::new(false);
 
 /// Counts its drops.
 struct Counted(Arc<AtomicUsize>);
@@ -133,4 +141,47 @@ fn handed_over_objects_are_freed_by_other_threads_collections() {
     };
     collector.join().unwrap();
     assert_eq!(drops.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_failing_fence_frees_nothing_and_loses_nothing() {
+    // Other tests' collections fail too while the flag is set; they retry until it is not.
+    let drops = Arc::new(AtomicUsize::new(0));
+    FENCES_FAIL.store(true, Ordering::SeqCst);
+    retire(&drops);
+    for _ in 0..20 {
+        reclaim();
+    }
+    let freed_without_a_fence = drops.load(Ordering::SeqCst);
+    FENCES_FAIL.store(false, Ordering::SeqCst);
+    assert_eq!(freed_without_a_fence, 0, "freed without a fence");
+    reclaim_until(&drops, 1);
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "lost after a failed fence");
+}
+
+#[test]
+fn pins_fence_at_most_once_an_interval() {
+    // Garbage kept waiting (a retirement handed over every 1000 pins) makes every 128th pin
+    // try a collection: 7,800 tries in the loop. The interval is the process's, so other
+    // tests' pins count against the same bound.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let before = PACED.load(Ordering::SeqCst);
+    let start = Instant::now();
+    for i in 0..1_000_000u32 {
+        let guard = pin();
+        if i % 1000 == 0 {
+            let object = Owned::new(Counted(Arc::clone(&drops))).into_shared(&guard);
+            // SAFETY: never linked anywhere, retired once.
+            unsafe { guard.defer_destroy(object) };
+            guard.hand_over();
+        }
+    }
+    let elapsed = start.elapsed();
+    let paced = PACED.load(Ordering::SeqCst) - before;
+    let bound = elapsed.as_nanos() / FENCE_INTERVAL.as_nanos() + 1;
+    assert!(paced >= 1, "no collection from pins in {elapsed:?}");
+    assert!(
+        paced as u128 <= bound,
+        "{paced} fenced collections from pins in {elapsed:?}"
+    );
 }
