@@ -117,7 +117,7 @@ pub mod __private {
     /// (`loom-tests/tests/epoch_reclamation.rs`) and the benchmarks' pin.
     pub mod epoch {
         pub use crate::sync::epoch::{Guard, pin};
-        pub use crossbeam_epoch::{Atomic, Owned, Pointer, Shared};
+        pub use crossbeam_epoch::{Atomic, Owned, Shared};
     }
 }
 

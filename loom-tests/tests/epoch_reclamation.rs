@@ -25,13 +25,22 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use loom_tests::model;
-use slidegate::__private::epoch::{Atomic, Owned, Pointer, Shared, pin};
+use slidegate::__private::epoch::{Atomic, Owned, Shared, pin};
 use slidegate::__private::reclaim;
 
 /// An object whose reads race its drop as loom sees them.
 struct Object {
     value: UnsafeCell<u64>,
     drops: Arc<AtomicUsize>,
+}
+
+impl Object {
+    fn new(value: u64, drops: &Arc<AtomicUsize>) -> Object {
+        Object {
+            value: UnsafeCell::new(value),
+            drops: Arc::clone(drops),
+        }
+    }
 }
 
 impl Drop for Object {
@@ -48,10 +57,7 @@ impl Drop for Object {
 fn a_reader_never_sees_its_object_freed() {
     model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
-        let shared = Arc::new(Atomic::new(Object {
-            value: UnsafeCell::new(7),
-            drops: Arc::clone(&drops),
-        }));
+        let shared = Arc::new(Atomic::new(Object::new(7, &drops)));
 
         let reader = {
             let shared = Arc::clone(&shared);
@@ -98,11 +104,11 @@ fn read_replace_collect(shared: &Atomic<Object>, value: u64, drops: &Arc<AtomicU
     };
     let check_first = read();
     check_first();
-    let new = Owned::new(Object {
-        value: UnsafeCell::new(value),
-        drops: Arc::clone(drops),
-    });
-    let old = shared.swap(new, Ordering::AcqRel, &guard);
+    let old = shared.swap(
+        Owned::new(Object::new(value, drops)),
+        Ordering::AcqRel,
+        &guard,
+    );
     check_first();
     // SAFETY: unlinked by the swap, retired once.
     unsafe { guard.defer_destroy(old) };
@@ -119,10 +125,7 @@ fn read_replace_collect(shared: &Atomic<Object>, value: u64, drops: &Arc<AtomicU
 fn two_writers_each_retiring_while_the_other_reads() {
     model(|| {
         let drops = Arc::new(AtomicUsize::new(0));
-        let shared = Arc::new(Atomic::new(Object {
-            value: UnsafeCell::new(1),
-            drops: Arc::clone(&drops),
-        }));
+        let shared = Arc::new(Atomic::new(Object::new(1, &drops)));
         let other = {
             let (shared, drops) = (Arc::clone(&shared), Arc::clone(&drops));
             thread::spawn(move || read_replace_collect(&shared, 2, &drops))
@@ -135,14 +138,13 @@ fn two_writers_each_retiring_while_the_other_reads() {
             2,
             "a retired object not freed once"
         );
-        let last = {
-            let guard = pin();
-            shared
-                .swap(Shared::null(), Ordering::AcqRel, &guard)
-                .into_usize()
-        };
-        // SAFETY: every thread is done; the last object is owned here.
-        drop(unsafe { <Owned<Object> as Pointer<Object>>::from_usize(last) });
+        // The last object retired like the others, with no thread pinned.
+        let guard = pin();
+        let last = shared.swap(Shared::null(), Ordering::AcqRel, &guard);
+        // SAFETY: unlinked just now, retired once.
+        unsafe { guard.defer_destroy(last) };
+        drop(guard);
+        reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 3);
     });
 }
