@@ -9,8 +9,9 @@ use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{self, Mutex, Ordering};
 
 /// Per-key quotas: an immutable map, replaced whole (copy on write) and published through
-/// an epoch-managed pointer (`crate::sync::epoch`), so checks read it with one Acquire load and never wait for an update.
-/// Null when empty, so limiters without overrides pay one load and a branch per check.
+/// an epoch-managed pointer (`crate::sync::epoch`), so checks read it with one Acquire load
+/// and never wait for an update. Null when empty, so limiters without overrides pay one load
+/// and a branch per check.
 pub(super) struct Overrides<K, S> {
     map: Atomic<HashMap<K, Rule, S>>,
     /// Serializes updates, so none is lost to a concurrent one.
