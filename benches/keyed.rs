@@ -3,7 +3,8 @@
 //! every ratio comes from one run.
 //!
 //! - `keyed_allowed/{1, 1000, 1000000}`: held keys visited in a pseudo-random order, a quota
-//!   so large that every check is admitted.
+//!   so large that every check is admitted: 2²¹ an hour, the largest a key keeps in compact
+//!   slots, and `MAX_LIMIT` for one key and for `slidegate_wide` (wide slots).
 //! - `keyed_coarse_clock/1000`: as `keyed_allowed/1000` with every limiter on a clock that an
 //!   upkeep thread refreshes every millisecond (slidegate's `CoarseClock`, governor's
 //!   `QuantaUpkeepClock`).
@@ -58,6 +59,12 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
         .sample_size(30);
 }
 
+/// The limit of the checks meant to be allowed: the largest a keyed store keeps in compact
+/// slots (`Quota::bytes_per_key`), as every limit up to about two million is, and more than
+/// a key of a thousand checks in a run of a few seconds reaches. One key, checked by every
+/// iteration, takes `MAX_LIMIT` (wide slots); so does `slidegate_wide`.
+const LIMIT: u64 = 1 << 21;
+
 /// `limit` per hour in 10 buckets.
 fn slidegate(limit: u64) -> KeyedLimiter<u64> {
     let quota = Quota::new(limit, Duration::from_secs(3600)).expect("a valid quota");
@@ -82,14 +89,23 @@ fn governor_ahash(limit: u32) -> Governor<ahash::RandomState> {
 }
 
 /// Holds `keys` keys in each peer (limits `ours` / `theirs`, each key checked once), then
-/// benches one check of a scattered held key per peer in `group`.
-fn held_keys(group: &mut BenchmarkGroup<'_, WallTime>, keys: u64, ours: u64, theirs: u32) {
+/// benches one check of a scattered held key per peer in `group`; with `wide`, also a
+/// slidegate limiter of `MAX_LIMIT`, whose keys keep wide slots (`slidegate_wide`).
+fn held_keys(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    keys: u64,
+    ours: u64,
+    theirs: u32,
+    wide: bool,
+) {
     let ours = slidegate(ours);
     let (plain, hashed) = (governor_default(theirs), governor_ahash(theirs));
+    let wide = wide.then(|| slidegate(MAX_LIMIT));
     for key in 0..keys {
         assert!(ours.check(&key).is_allowed());
         assert!(plain.check_key(&key).is_ok());
         assert!(hashed.check_key(&key).is_ok());
+        assert!(wide.as_ref().is_none_or(|w| w.check(&key).is_allowed()));
     }
     let mut i = 0u64;
     let mut next = || {
@@ -99,6 +115,11 @@ fn held_keys(group: &mut BenchmarkGroup<'_, WallTime>, keys: u64, ours: u64, the
     group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
         b.iter(|| black_box(ours.check(&next())))
     });
+    if let Some(wide) = &wide {
+        group.bench_function(BenchmarkId::new("slidegate_wide", keys), |b| {
+            b.iter(|| black_box(wide.check(&next())))
+        });
+    }
     group.bench_function(BenchmarkId::new("governor", keys), |b| {
         b.iter(|| black_box(plain.check_key(&next()).is_ok()))
     });
@@ -110,8 +131,9 @@ fn held_keys(group: &mut BenchmarkGroup<'_, WallTime>, keys: u64, ours: u64, the
 fn allowed(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_allowed");
     configure(&mut group);
-    for keys in [1u64, 1_000, 1_000_000] {
-        held_keys(&mut group, keys, MAX_LIMIT, u32::MAX);
+    held_keys(&mut group, 1, MAX_LIMIT, u32::MAX, false);
+    for keys in [1_000, 1_000_000] {
+        held_keys(&mut group, keys, LIMIT, u32::MAX, true);
     }
     group.finish();
 }
@@ -149,7 +171,7 @@ fn coarse_clock(c: &mut Criterion) {
         });
     } // Its upkeep thread stops here.
     let clock = CoarseClock::new(interval).expect("governor's upkeep thread has stopped");
-    let quota = Quota::new(MAX_LIMIT, Duration::from_secs(3600)).expect("a valid quota");
+    let quota = Quota::new(LIMIT, Duration::from_secs(3600)).expect("a valid quota");
     let ours = KeyedLimiter::<u64, _>::with_clock(quota, clock);
     for key in 0..keys {
         assert!(ours.check(&key).is_allowed());
@@ -164,7 +186,7 @@ fn denied(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_denied");
     configure(&mut group);
     // Limit 1, each key checked once: every benched check is denied.
-    held_keys(&mut group, 1_000, 1, 1);
+    held_keys(&mut group, 1_000, 1, 1, false);
     // What a denial of this store cannot do without: its epoch pin, a clock reading and the
     // memory reads of a keyed check (hash, probe, the block's `front`, `cum` and a slot, in a
     // table of the size of `slidegate`'s for 1000 keys), with no rule and no write.
@@ -188,7 +210,7 @@ fn new_key(c: &mut Criterion) {
     configure(&mut group);
     group.bench_function("slidegate", |b| {
         b.iter_custom(|iters| {
-            let limiter = slidegate(MAX_LIMIT);
+            let limiter = slidegate(LIMIT);
             let start = Instant::now();
             for key in 0..iters {
                 let _ = black_box(limiter.check(&key));

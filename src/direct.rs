@@ -15,7 +15,7 @@ use crate::sync::AtomicU64;
 use crate::sync::epoch::Guard;
 use crate::wait;
 use crate::window::counter::{charge_fast, charge_loop};
-use crate::window::ring::{Loads, Ring};
+use crate::window::ring::{Loads, Parts, Ring, Wide};
 use crate::window::state::{Head, Shape, State};
 
 /// A lock-free sliding-window rate limiter for one key.
@@ -92,13 +92,13 @@ impl<C: Clock> SlidingWindow<C> {
     /// ```
     pub fn with_clock(quota: Quota, clock: C) -> Self {
         let rule = Rule::new(quota);
-        let shape = Shape::of(&rule);
+        let shape = Shape::of(&rule).wide();
         // A fresh ring is established at front = N + 1 (see `Ring::initial`).
         let (start, slots) = match shape {
             Shape::Ring { buckets, .. } => (
                 buckets + 1,
                 (0..=buckets as usize)
-                    .map(|s| AtomicU64::new(Ring::initial_slot(buckets, s)))
+                    .map(|s| AtomicU64::new(Ring::<Wide>::initial_slot(buckets, s)))
                     .collect(),
             ),
             Shape::Log { .. } | Shape::Gcra(_) => (0, Box::default()),
@@ -369,14 +369,20 @@ impl<C: Clock> SlidingWindow<C> {
     /// The state: the head's algorithm on this limiter's atomics.
     #[inline]
     fn state(&self) -> State<'_> {
-        self.head.state(|| self.ring(), || &self.cells.cum)
+        self.head.state(|| self.parts(), || &self.cells.cum)
     }
 
     /// The ring on this limiter's atomics (meaningful for the counter's heads only).
     #[inline]
     fn ring(&self) -> Ring<'_> {
+        Ring::from_parts(self.parts(), self.slots.len() as u64 - 1)
+    }
+
+    /// Where this limiter's ring words are (meaningful for the counter's heads only).
+    #[inline]
+    fn parts(&self) -> Parts<'_> {
         let cells = &self.cells;
-        Ring::from_parts(&cells.front, &cells.goal, &cells.cum, &self.slots)
+        (&cells.front, &cells.goal, &cells.cum, &self.slots)
     }
 }
 

@@ -49,8 +49,11 @@ fn step(g: u64, w: u64) -> impl Strategy<Value = u64> {
         1 => Just(w + 1),
         2 => 0..=3 * w,
         1 => Just(3 * 365 * 24 * 3600 * 1_000_000_000u64),
-        // Gaps of 2²⁴ and 2³² buckets: tags (the bucket index mod 2²⁴) that would alias
-        // without the ring's half-way fill.
+        // Gaps of 2⁸, 2²⁴ and 2³² buckets, and near 2⁸: tags (the bucket index mod 2²⁴ in
+        // wide slots, mod 2⁸ in a keyed key's compact ones) that would alias without the
+        // ring's half-way fill.
+        1 => Just(g << 8),
+        1 => 254 * g..=258 * g,
         1 => Just(g << 24),
         1 => Just(g << 32),
     ]

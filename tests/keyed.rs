@@ -72,7 +72,45 @@ macro_rules! with_both_hashers {
     )*};
 }
 
+/// A key keeps 32-bit snapshots under a quota with no marks and a limit of at most 2²¹, 64-bit
+/// ones otherwise (`Quota::bytes_per_key`): an override within either side keeps its counts,
+/// one across starts afresh, as any change of geometry does. Large limits count exactly on
+/// both sides.
+fn override_across_slot_widths_starts_afresh<S: TestHasher>() {
+    const COMPACT: u64 = 1 << 21;
+    let clock = ManualClock::new();
+    let l: Limiter<&str, S> = limiter(quota(COMPACT, 1000, 100), &clock, usize::MAX);
+    assert!(l.check_n(&"k", COMPACT - 1).is_ok_and(|d| d.is_allowed()));
+    assert_eq!(l.peek(&"k").remaining(), 1);
+    // Lowered within the compact side: the counts stay.
+    l.quota_for(&"k", quota(COMPACT - 5, 1000, 100));
+    assert!(!l.check(&"k").is_allowed());
+    // Above 2²¹: wide snapshots, a fresh window.
+    l.quota_for(&"k", quota(COMPACT + 1, 1000, 100));
+    assert_eq!(l.peek(&"k").remaining(), COMPACT + 1);
+    assert!(l.check_n(&"k", COMPACT + 1).is_ok_and(|d| d.is_allowed()));
+    assert!(!l.check(&"k").is_allowed());
+    assert_eq!(l.admitted_total(&"k"), COMPACT + 1);
+    // Strict with marks keeps wide snapshots too: the same side, the counts stay.
+    l.quota_for(
+        &"k",
+        quota(COMPACT + 1, 1000, 100).with_mode(Mode::StrictMarked),
+    );
+    assert_eq!(l.peek(&"k").remaining(), 0);
+    // Back to the compact default: afresh.
+    l.clear_quota_for(&"k");
+    assert_eq!(l.peek(&"k").remaining(), COMPACT);
+    // Both sides slide alike: the window empties a second after its admissions.
+    assert!(l.check_n(&"k", COMPACT).is_ok_and(|d| d.is_allowed()));
+    clock.set(Duration::from_millis(1099));
+    assert!(!l.check(&"k").is_allowed());
+    clock.set(Duration::from_millis(1100));
+    assert_eq!(l.check(&"k").remaining(), COMPACT - 1);
+    assert_eq!(l.forced_evictions(), 0);
+}
+
 with_both_hashers!(
+    override_across_slot_widths_starts_afresh,
     keys_are_independent,
     peek_of_an_unknown_key_inserts_nothing,
     cost_errors_use_the_key_quota,

@@ -477,9 +477,12 @@ where
     /// needs, its counts are kept and the new limit (and mode) apply from the next check (a
     /// key above a lowered limit is denied until enough leaves the window). The shape is: for
     /// Strict, Weighted and the fixed window (which share one state), the same window and
-    /// granularity; for the exact log, the same window and a limit of the same power-of-two
-    /// capacity; for GCRA, the same limit and window. Otherwise the counts cannot be carried
-    /// over exactly, so the key starts afresh under the new quota at its next check.
+    /// granularity, and the same side of two lines: Strict with marks or not, and a limit
+    /// above 2²¹ or not (a key keeps its snapshots in 32 bits when it needs no marks and its
+    /// limit is at most 2²¹, in 64 otherwise; see [`Quota::bytes_per_key`]); for the exact
+    /// log, the same window and a limit of the same power-of-two capacity; for GCRA, the same
+    /// limit and window. Otherwise the counts cannot be carried over exactly, so the key
+    /// starts afresh under the new quota at its next check.
     ///
     /// Overrides live in one map that each change copies and republishes (checks never wait
     /// for it), so a change costs time in proportion to the number of overrides: meant for
@@ -636,6 +639,7 @@ where
             // The sliding-window counter's charge is called directly; the other algorithms
             // go through `acquire_other`, out of line so that this stays small.
             let decided = match entry.state() {
+                State::Compact { ring, .. } => counter::charge(ring, &rule.counter, now, n),
                 State::Ring { ring, .. } => counter::charge(ring, &rule.counter, now, n),
                 _ => return self.acquire_other(key, hash, n, entry, rule, guard),
             };

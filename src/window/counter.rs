@@ -19,18 +19,18 @@
 use crate::algo::Op;
 use crate::algo::sliding_counter::CounterRule;
 use crate::decision::Decision;
-use crate::window::ring::{Fast, Loads, Reading, Ring};
+use crate::window::ring::{Fast, Loads, Reading, Ring, Slots};
 
 /// A counter's check: the common admission or Strict denial (the fast path, its denial
 /// inline), else the general loop ([`charge_loop`]). `None` if the ring is retired.
 #[inline]
-pub(crate) fn charge(
-    ring: Ring<'_>,
+pub(crate) fn charge<S: Slots>(
+    ring: Ring<'_, S>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
-    match fast_check::<true>(ring, rule, &now, n) {
+    match fast_check::<true, S>(ring, rule, &now, n) {
         Ok(decision) => Some(decision),
         Err(loads) => charge_loop(ring, loads, rule, now, n),
     }
@@ -41,13 +41,13 @@ pub(crate) fn charge(
 /// Otherwise, having written nothing, `Err` with what the fast read loaded, if anything, for
 /// [`charge_loop`] to go on from (whose first step is the common denial, [`deny_fast`]).
 #[inline(always)]
-pub(crate) fn charge_fast(
-    ring: Ring<'_>,
+pub(crate) fn charge_fast<S: Slots>(
+    ring: Ring<'_, S>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
     n: u64,
 ) -> Result<Decision, Option<Loads>> {
-    fast_check::<false>(ring, rule, now, n)
+    fast_check::<false, S>(ring, rule, now, n)
 }
 
 /// [`charge_fast`], which with `INLINE_DENIAL` also judges Strict's common denial on the same
@@ -59,8 +59,8 @@ pub(crate) fn charge_fast(
 /// 9.7–10.2 without (`check_allowed/slidegate_strict/10`, governor 10.0–11.0 in the same
 /// runs); it leaves the denial to the general loop's [`deny_fast`], out of line.
 #[inline(always)]
-fn fast_check<const INLINE_DENIAL: bool>(
-    ring: Ring<'_>,
+fn fast_check<const INLINE_DENIAL: bool, S: Slots>(
+    ring: Ring<'_, S>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
     n: u64,
@@ -93,7 +93,12 @@ fn fast_check<const INLINE_DENIAL: bool>(
 /// a call there made the inlined admission build the reading in memory, a third more
 /// instructions for every allowed check (`check_allowed`).
 #[inline(never)]
-fn deny_fast(ring: &Ring<'_>, loads: Loads, rule: &CounterRule, n: u64) -> Option<Decision> {
+fn deny_fast<S: Slots>(
+    ring: &Ring<'_, S>,
+    loads: Loads,
+    rule: &CounterRule,
+    n: u64,
+) -> Option<Decision> {
     let fast = ring.fast_from(rule.granularity, loads)?;
     if rule.is_strict() {
         return deny_strict(&fast, rule, n).ok();
@@ -116,7 +121,11 @@ fn deny_fast(ring: &Ring<'_>, loads: Loads, rule: &CounterRule, n: u64) -> Optio
 /// writes nothing, so it is returned as judged; anything else is `Err` with the loads, for
 /// the general loop, having written nothing.
 #[inline(always)]
-fn deny_strict(fast: &Fast<'_>, rule: &CounterRule, n: u64) -> Result<Decision, Option<Loads>> {
+fn deny_strict<S: Slots>(
+    fast: &Fast<'_, S>,
+    rule: &CounterRule,
+    n: u64,
+) -> Result<Decision, Option<Loads>> {
     let at = fast.front_index();
     let denied = rule.strict_denied_fast(
         fast.sum,
@@ -137,8 +146,8 @@ fn deny_strict(fast: &Fast<'_>, rule: &CounterRule, n: u64) -> Result<Decision, 
 /// snapshot) says that bucket has left, and records this admission's mark before the charge
 /// makes its cost visible.
 #[inline(always)]
-fn charge_fast_marked(
-    fast: &Fast<'_>,
+fn charge_fast_marked<S: Slots>(
+    fast: &Fast<'_, S>,
     rule: &CounterRule,
     n: u64,
 ) -> Result<Decision, Option<Loads>> {
@@ -167,8 +176,8 @@ fn charge_fast_marked(
 /// declined, if any), judge, charge by CAS, judge again on a lost CAS. `None` if the ring is
 /// retired.
 #[inline]
-pub(crate) fn charge_loop(
-    ring: Ring<'_>,
+pub(crate) fn charge_loop<S: Slots>(
+    ring: Ring<'_, S>,
     mut loads: Option<Loads>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
@@ -200,8 +209,8 @@ pub(crate) fn charge_loop(
 /// reservation adds to pending. Returns the decision and the reservation's ticket for its
 /// commit (see [`Ring::commit_marked`]). `None` if the ring is retired.
 #[inline]
-pub(crate) fn decide(
-    ring: Ring<'_>,
+pub(crate) fn decide<S: Slots>(
+    ring: Ring<'_, S>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
     n: u64,
@@ -227,7 +236,7 @@ pub(crate) fn decide(
 /// its mark before the caller's CAS. A mark recorded for a reading that then tears, or whose
 /// CAS is lost, only keeps its bucket counted longer.
 #[inline(always)]
-fn judge_and_mark(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
+fn judge_and_mark<S: Slots>(rule: &CounterRule, r: &Reading<'_, S>, n: u64) -> Decision {
     if rule.is_marked() {
         return judge_and_mark_marked(rule, r, n);
     }
@@ -238,7 +247,7 @@ fn judge_and_mark(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
 /// [`judge_and_mark`] for Strict with marks, out of line: its closures and judgement
 /// inlined into the general loop made the other rules' denials dearer.
 #[inline(never)]
-fn judge_and_mark_marked(rule: &CounterRule, r: &Reading<'_>, n: u64) -> Decision {
+fn judge_and_mark_marked<S: Slots>(rule: &CounterRule, r: &Reading<'_, S>, n: u64) -> Decision {
     let decision = rule.judge(r.offset, n, false, |j| r.tail(j), |j| r.mark(j));
     if decision.is_allowed() {
         r.record_mark(rule.mark_step);
@@ -254,8 +263,8 @@ pub(crate) fn peek_fresh(rule: &CounterRule, now: u64, n: u64) -> Decision {
 /// Frees up to `n` units of room at `now()` (see [`Ring::refund`]): the sliding window's
 /// oldest units, or the fixed window's in its current bucket alone. How many were freed;
 /// `None` if the ring is retired.
-pub(crate) fn refund(
-    ring: Ring<'_>,
+pub(crate) fn refund<S: Slots>(
+    ring: Ring<'_, S>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
     n: u64,

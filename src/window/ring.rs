@@ -5,10 +5,12 @@
 //!   the *count*, are the total cost ever admitted (mod 2³²). Admission is one
 //!   compare-and-swap on it; nothing is ever subtracted from the count, so nothing can
 //!   drift, and a denial writes nothing.
-//! - `slots`: `R = N + 1` words, each packing a 24-bit *tag* (the bucket index `k`, mod 2²⁴),
-//!   an 8-bit *mark* (when bucket `k` last admitted, for Strict with marks; see
-//!   "Last-admission marks") and a 32-bit *snapshot* (`cum` when bucket `k` started, mod
-//!   2³²). Bucket `k` lives in
+//! - `slots`: `R = N + 1` slots, each packing a *tag* (the bucket index `k`, mod 2²⁴), an
+//!   8-bit *mark* (when bucket `k` last admitted, for Strict with marks; see
+//!   "Last-admission marks") and a *snapshot* (`cum` when bucket `k` started, mod 2³²). Those
+//!   are the widths of [`Wide`] slots, a 64-bit word each; [`Compact`] slots, two in a word,
+//!   have an 8-bit tag, no mark and a 24-bit snapshot, for quotas small enough that every
+//!   argument below holds with those widths (`ring/slots.rs` says why). Bucket `k` lives in
 //!   slot `k mod R`. A slot whose tag is not `k` is stale and is overwritten in place by CAS:
 //!   expiry needs no delete and no sweep.
 //! - `front`: the newest bucket whose snapshot is established. Invariant: the ring holds
@@ -34,7 +36,8 @@
 //! `cum − snap[b − N]` included every other admission in the interval. A writer whose clock
 //! read is a bucket old lands after a newer snapshot: it is counted in the newer bucket, which
 //! only ever errs toward denial. Snapshots are 32-bit, which is exact because a window sum
-//! read consistently never exceeds `2·limit < 2³²` (see `MAX_LIMIT`).
+//! read consistently never exceeds `2·limit < 2³²` (see `MAX_LIMIT`; compact slots' 24 bits,
+//! `2·limit < 2²³`).
 //!
 //! # Why tags never alias
 //! Between the two loads of `front` that bracket every read, the ring holds `front − N ..=
@@ -42,7 +45,8 @@
 //! incremental fill's tags differ from the ring's by 1 to 2N; a fill that jumps more than `N`
 //! buckets is given a goal whose distance from `front`, mod 2²⁴, is in `N + 1 ..= 2²⁴ − N − 1`
 //! (after a gap near a multiple of 2²⁴ buckets it stops half-way, at `front + 2²³`), so no two
-//! tags that can meet in one slot are equal mod 2²⁴ (`N ≤ 2¹⁶` leaves room for that).
+//! tags that can meet in one slot are equal mod 2²⁴ (`N ≤ 2¹⁶` leaves room for that; with
+//! compact slots' 8-bit tags, the same with 2⁸, and `N ≤ 63`).
 //!
 //! # Retirement (for stores that evict)
 //! A keyed store frees a key's ring once it is indistinguishable from a fresh one. Freeing it
@@ -208,6 +212,7 @@
 //! (`mark_racing_admission` and `mark_racing_commit` the marks').
 
 use core::cell::Cell;
+use core::marker::PhantomData;
 
 use crate::algo::Op;
 use crate::algo::sliding_counter::MAX_MARK;
@@ -218,59 +223,9 @@ use crate::window::cum::{
     update_reserved,
 };
 
-/// The bits of a slot's tag: the bucket index mod 2²⁴ (see "Why tags never alias").
-const TAG_BITS: u32 = 24;
+mod slots;
 
-/// The bucket index `k`, mod 2²⁴, as a slot's tag holds it.
-#[inline]
-fn tag(k: u64) -> u32 {
-    (k as u32) & ((1 << TAG_BITS) - 1)
-}
-
-/// Packs a bucket's tag and snapshot into one slot word, with a mark of 0 (nothing admitted
-/// in the bucket yet).
-#[inline]
-fn pack(bucket: u64, snapshot: u32) -> u64 {
-    (u64::from(tag(bucket)) << 40) | u64::from(snapshot)
-}
-
-#[inline]
-fn tag_of(slot: u64) -> u32 {
-    (slot >> 40) as u32
-}
-
-/// The slot's last-admission mark (see "Last-admission marks").
-#[inline]
-pub(crate) fn mark_of(slot: u64) -> u64 {
-    (slot >> 32) & u64::from(MAX_MARK)
-}
-
-/// `slot` with its mark replaced by `mark`.
-#[inline]
-fn with_mark(slot: u64, mark: u64) -> u64 {
-    (slot & !(u64::from(MAX_MARK) << 32)) | (mark << 32)
-}
-
-/// `slot` with its snapshot replaced by `snapshot` (its tag and mark kept).
-#[inline]
-fn with_snapshot(slot: u64, snapshot: u32) -> u64 {
-    (slot & !u64::from(u32::MAX)) | u64::from(snapshot)
-}
-
-#[inline]
-fn snapshot_of(slot: u64) -> u32 {
-    slot as u32
-}
-
-/// The later of two snapshots, in the wrapping order of 32-bit counters (they are always
-/// within `2·limit < 2³¹` of each other).
-#[inline]
-fn later(a: u32, b: u32) -> u32 {
-    if (b.wrapping_sub(a) as i32) > 0 { b } else { a }
-}
-
-/// The most one raise of a refund expires (see [`Ring::refund`]).
-const MAX_RAISE: u64 = (1 << 31) - 1;
+pub(crate) use slots::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT, Compact, Slots, Wide};
 
 /// How [`Ring::raise`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,32 +242,38 @@ enum Raised {
 
 /// A window's state (see the module documentation), viewed where its owner keeps it: a
 /// keyed entry packs `front`, `goal`, `cum` and the `N + 1` slots inline after its key
-/// ([`Ring::packed`]: one allocation, one cache miss fewer at a million keys); a direct
-/// limiter gives `cum` a cache line of its own ([`Ring::from_parts`]).
+/// ([`packed`]: one allocation, one cache miss fewer at a million keys); a direct
+/// limiter gives `cum` a cache line of its own ([`Ring::from_parts`]). `S` is how the
+/// slots are encoded ([`Slots`]: [`Wide`] or [`Compact`]).
 #[derive(Clone, Copy)]
-pub(crate) struct Ring<'a> {
+pub(crate) struct Ring<'a, S = Wide> {
     front: &'a AtomicU64,
     goal: &'a AtomicU64,
     cum: &'a AtomicU64,
     /// `N`, the number of buckets in a window; the ring has `N + 1` slots.
     buckets: u64,
+    /// The words holding the slots (see [`Slots`]).
     slots: &'a [AtomicU64],
+    encoding: PhantomData<S>,
 }
 
-impl Ring<'_> {
+impl<S: Slots> Ring<'_, S> {
     /// The number of words a packed ring of `buckets` (N) buckets needs: `front`, `goal`,
-    /// `cum` and the slots.
+    /// `cum` and the slots' words.
     pub(crate) fn words(buckets: u64) -> usize {
-        3 + buckets as usize + 1
+        3 + S::words(buckets + 1)
     }
 
     /// The initial value of word `i` of a packed ring of `buckets` buckets that has admitted
-    /// nothing: `front = goal = R`, `cum = 0`, then the slots (see [`Ring::initial_slot`]).
+    /// nothing: `front = goal = R`, `cum = 0`, then the slots' words (see
+    /// [`Ring::initial_slot`]).
     pub(crate) fn initial(buckets: u64, i: usize) -> u64 {
         match i {
             0 | 1 => buckets + 1,
             2 => 0,
-            _ => Ring::initial_slot(buckets, i - 3),
+            _ => S::initial_word(i - 3, buckets + 1, |s| {
+                Ring::<S>::initial_slot(buckets, s as usize)
+            }),
         }
     }
 
@@ -321,38 +282,38 @@ impl Ring<'_> {
     /// front = R, holding buckets 1 ..= R with snapshot 0.
     pub(crate) fn initial_slot(buckets: u64, s: usize) -> u64 {
         let len = buckets + 1;
-        pack(if s == 0 { len } else { s as u64 }, 0)
+        S::pack(if s == 0 { len } else { s as u64 }, 0)
     }
 }
 
-impl<'a> Ring<'a> {
-    /// The packed ring in `words` (at least [`Ring::words`] of them, initialised by
-    /// [`Ring::initial`]). The offsets are constants: computed from a runtime layout flag,
-    /// the extra instructions on a keyed check were enough to stop the processor overlapping
-    /// one check's cache misses with the next one's (`keyed_allowed` at a million keys).
-    #[inline]
-    pub(crate) fn packed(words: &'a [AtomicU64]) -> Ring<'a> {
-        let (head, slots) = words.split_at(3);
-        Ring::from_parts(&head[0], &head[1], &head[2], slots)
-    }
+/// Where a ring's words are: `front`, `goal`, `cum`, then the words holding the slots.
+pub(crate) type Parts<'a> = (&'a AtomicU64, &'a AtomicU64, &'a AtomicU64, &'a [AtomicU64]);
 
-    /// The ring whose words are wherever its owner put them (`slots`: `N + 1` of them, each
-    /// initialised by [`Ring::initial_slot`]; `front = goal = N + 1`, `cum = 0`).
+impl<'a, S: Slots> Ring<'a, S> {
+    /// The ring of `buckets` buckets on `parts`: a keyed entry's words packed after its key
+    /// ([`packed`]), or a direct limiter's, wherever it put them (initialised as
+    /// [`Ring::initial`] says, `cum` with `front = goal = N + 1` and the slots' words after).
     #[inline]
-    pub(crate) fn from_parts(
-        front: &'a AtomicU64,
-        goal: &'a AtomicU64,
-        cum: &'a AtomicU64,
-        slots: &'a [AtomicU64],
-    ) -> Ring<'a> {
+    pub(crate) fn from_parts((front, goal, cum, slots): Parts<'a>, buckets: u64) -> Ring<'a, S> {
         Ring {
             front,
             goal,
             cum,
-            buckets: slots.len() as u64 - 1,
+            buckets,
             slots,
+            encoding: PhantomData,
         }
     }
+}
+
+/// The parts of a ring packed in `words` (at least [`Ring::words`] of them, initialised by
+/// [`Ring::initial`]). The offsets are constants: computed from a runtime layout flag, the
+/// extra instructions on a keyed check were enough to stop the processor overlapping one
+/// check's cache misses with the next one's (`keyed_allowed` at a million keys).
+#[inline]
+pub(crate) fn packed(words: &[AtomicU64]) -> Parts<'_> {
+    let (head, slots) = words.split_at(3);
+    (&head[0], &head[1], &head[2], slots)
 }
 
 /// The `cum` a judgement was made on, returned by [`Ring::read`] for [`Ring::try_charge`] and
@@ -362,8 +323,8 @@ impl<'a> Ring<'a> {
 pub(crate) struct JudgedCum(u64);
 
 /// A reading of the ring, handed to the judge of [`Ring::read`].
-pub(crate) struct Reading<'a> {
-    ring: &'a Ring<'a>,
+pub(crate) struct Reading<'a, S = Wide> {
+    ring: &'a Ring<'a, S>,
     front: u64,
     /// The internal index of the bucket judged.
     pub(crate) bucket: u64,
@@ -380,7 +341,7 @@ pub(crate) struct Reading<'a> {
     torn: Cell<bool>,
 }
 
-impl Reading<'_> {
+impl<S: Slots> Reading<'_, S> {
     /// The cost admitted in buckets `b − N + j ..= b`, counting pending reservations as
     /// admitted in bucket `b` (see "The `cum` word").
     #[inline]
@@ -398,15 +359,15 @@ impl Reading<'_> {
             self.oldest
         } else {
             // Acquire: pairs with the Release of the slot's establishing CAS.
-            self.ring.slot(k).load(Ordering::Acquire)
+            self.ring.load_slot(k, Ordering::Acquire)
         };
         // Not clean: another bucket's snapshot, or one above the count, torn only if a refund
         // raised it past this reading's count.
-        if !clean(slot, k, self.cum) && (tag_of(slot) != tag(k) || self.raised_past()) {
+        if !clean::<S>(slot, k, self.cum) && (S::tag_of(slot) != S::tag(k) || self.raised_past()) {
             self.torn.set(true);
             return 0;
         }
-        tail_from(self.cum, slot)
+        tail_from::<S>(self.cum, slot)
     }
 
     /// The last-admission mark of bucket `b − N + j` (0 for a bucket newer than `front`, where
@@ -422,13 +383,13 @@ impl Reading<'_> {
             self.oldest
         } else {
             // Acquire: as in `Reading::tail`.
-            self.ring.slot(k).load(Ordering::Acquire)
+            self.ring.load_slot(k, Ordering::Acquire)
         };
-        if tag_of(slot) != tag(k) {
+        if S::tag_of(slot) != S::tag(k) {
             self.torn.set(true);
             return 0;
         }
-        mark_of(slot)
+        S::mark_of(slot)
     }
 
     /// Records an admission judged on this reading, at its offset, in the mark of its
@@ -444,7 +405,7 @@ impl Reading<'_> {
     /// reading's offset (at least 1, so a ticket is never 0, which is no mark).
     #[inline]
     pub(crate) fn mark_ticket(&self, step: u64) -> u64 {
-        (u64::from(tag(self.bucket)) << 8) | (self.offset.div_ceil(step) + 1)
+        (u64::from(S::tag(self.bucket)) << 8) | (self.offset.div_ceil(step) + 1)
     }
 
     /// Whether a snapshot that looks later than this reading's count was raised by a refund
@@ -468,8 +429,8 @@ pub(crate) struct Loads {
 }
 
 /// What [`Ring::fast_read`] read: the window at bucket `front`.
-pub(crate) struct Fast<'a> {
-    ring: &'a Ring<'a>,
+pub(crate) struct Fast<'a, S = Wide> {
+    ring: &'a Ring<'a, S>,
     loads: Loads,
     /// Nanoseconds into bucket `front`.
     pub(crate) offset: u64,
@@ -477,7 +438,7 @@ pub(crate) struct Fast<'a> {
     pub(crate) sum: u64,
 }
 
-impl Fast<'_> {
+impl<S: Slots> Fast<'_, S> {
     /// `tail(1)`, the count without the oldest bucket; `None` if that snapshot is torn or
     /// raised (the caller takes the general path).
     #[inline(always)]
@@ -485,8 +446,8 @@ impl Fast<'_> {
         let (front, cum) = (self.loads.front, self.loads.cum);
         let k = front - self.ring.buckets + 1;
         // Acquire: as in `Reading::tail`.
-        let slot = self.ring.slot(k).load(Ordering::Acquire);
-        clean(slot, k, cum).then(|| tail_from(cum, slot))
+        let slot = self.ring.load_slot(k, Ordering::Acquire);
+        clean::<S>(slot, k, cum).then(|| tail_from::<S>(cum, slot))
     }
 
     /// The index of the slot of bucket `front`, for [`Fast::rest_at`] and
@@ -503,15 +464,15 @@ impl Fast<'_> {
         let k = front - self.ring.buckets + 1;
         // Bucket `front − N + 1 ≡ front + 2` in a ring of `N + 1 ≥ 2` slots: its index
         // without a second division.
-        let len = self.ring.slots.len();
+        let len = self.ring.buckets as usize + 1;
         let at = if front_at + 2 >= len {
             front_at + 2 - len
         } else {
             front_at + 2
         };
         // Acquire: as in `Reading::tail`.
-        let slot = self.ring.slots[at].load(Ordering::Acquire);
-        clean(slot, k, cum).then(|| tail_from(cum, slot))
+        let slot = S::load(self.ring.slots, at, Ordering::Acquire);
+        clean::<S>(slot, k, cum).then(|| tail_from::<S>(cum, slot))
     }
 
     /// `tail(N)`, the count of the current bucket, `front`, given the index of its slot
@@ -521,8 +482,8 @@ impl Fast<'_> {
     pub(crate) fn current_at(&self, front_at: usize) -> Option<u64> {
         let (front, cum) = (self.loads.front, self.loads.cum);
         // Acquire: as in `Reading::tail`.
-        let slot = self.ring.slots[front_at].load(Ordering::Acquire);
-        clean(slot, front, cum).then(|| tail_from(cum, slot))
+        let slot = S::load(self.ring.slots, front_at, Ordering::Acquire);
+        clean::<S>(slot, front, cum).then(|| tail_from::<S>(cum, slot))
     }
 
     /// Whether `front` is still the one this reading loaded: the re-check that makes a
@@ -538,7 +499,7 @@ impl Fast<'_> {
     /// The last-admission mark of the oldest bucket, `front − N`, loaded with its snapshot.
     #[inline(always)]
     pub(crate) fn oldest_mark(&self) -> u64 {
-        mark_of(self.loads.oldest)
+        S::mark_of(self.loads.oldest)
     }
 
     /// Records this admission's mark, as [`Reading::record_mark`] does, in bucket `front`,
@@ -575,25 +536,72 @@ impl Fast<'_> {
 /// counted from it ([`tail_from`]). [`Reading::tail`] looks further into a slot that is not
 /// (it may be raised by a refund); the fast path leaves that to the general one.
 #[inline]
-fn clean(slot: u64, k: u64, cum: u64) -> bool {
-    tag_of(slot) == tag(k) && ((cum as u32).wrapping_sub(snapshot_of(slot)) as i32) >= 0
+fn clean<S: Slots>(slot: u64, k: u64, cum: u64) -> bool {
+    S::tag_of(slot) == S::tag(k) && S::at_or_after(S::count(cum), S::snapshot_of(slot))
 }
 
 /// The cost counted since `slot`'s snapshot, plus pending: a tail, if `slot` is clean.
 #[inline]
-fn tail_from(cum: u64, slot: u64) -> u64 {
+fn tail_from<S: Slots>(cum: u64, slot: u64) -> u64 {
     // `cum` of a reading is never retired, so its high bits are the pending field.
-    u64::from((cum as u32).wrapping_sub(snapshot_of(slot))) + pending_of(cum)
+    u64::from(S::since(S::count(cum), S::snapshot_of(slot))) + pending_of(cum)
+}
+
+/// One slot of a ring: what [`Slots`] makes of slot `i` of `words`.
+#[derive(Clone, Copy)]
+struct Slot<'a, S> {
+    words: &'a [AtomicU64],
+    i: usize,
+    encoding: PhantomData<S>,
+}
+
+impl<S: Slots> Slot<'_, S> {
+    #[inline(always)]
+    fn load(self, order: Ordering) -> u64 {
+        S::load(self.words, self.i, order)
+    }
+
+    #[inline(always)]
+    fn compare_exchange(
+        self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        S::compare_exchange(self.words, self.i, current, new, success, failure)
+    }
+
+    #[inline(always)]
+    fn compare_exchange_weak(
+        self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        S::compare_exchange_weak(self.words, self.i, current, new, success, failure)
+    }
 }
 
 /// The largest clock reading the ring tells apart (ns, about 292 years); later ones count
 /// as it.
 const MAX_READING: u64 = (1 << 63) - 1;
 
-impl Ring<'_> {
+impl<S: Slots> Ring<'_, S> {
     #[inline]
-    fn slot(&self, bucket: u64) -> &AtomicU64 {
-        &self.slots[self.index(bucket)]
+    fn slot(&self, bucket: u64) -> Slot<'_, S> {
+        Slot {
+            words: self.slots,
+            i: self.index(bucket),
+            encoding: PhantomData,
+        }
+    }
+
+    /// Bucket `bucket`'s slot, loaded.
+    #[inline(always)]
+    fn load_slot(&self, bucket: u64, order: Ordering) -> u64 {
+        S::load(self.slots, self.index(bucket), order)
     }
 
     /// The index of bucket `bucket`'s slot.
@@ -628,7 +636,7 @@ impl Ring<'_> {
         let cum = self.cum.load(Ordering::Acquire);
         // The oldest slot of the window of bucket `front`, the one a check almost always
         // needs. Acquire: pairs with the Release of the slot's establishing CAS.
-        let oldest = self.slot(front - self.buckets).load(Ordering::Acquire);
+        let oldest = self.load_slot(front - self.buckets, Ordering::Acquire);
         Loads {
             t,
             front,
@@ -648,7 +656,7 @@ impl Ring<'_> {
         granularity: u64,
         now: impl Fn() -> u64,
         establish: bool,
-        judge: impl FnMut(&Reading<'_>) -> T,
+        judge: impl FnMut(&Reading<'_, S>) -> T,
     ) -> Option<(T, JudgedCum)> {
         self.read_from(None, granularity, now, establish, judge)
     }
@@ -662,7 +670,7 @@ impl Ring<'_> {
         granularity: u64,
         now: impl Fn() -> u64,
         establish: bool,
-        mut judge: impl FnMut(&Reading<'_>) -> T,
+        mut judge: impl FnMut(&Reading<'_, S>) -> T,
     ) -> Option<(T, JudgedCum)> {
         let mut t = loads.map(|loads| loads.t);
         let mut reread = false;
@@ -739,7 +747,7 @@ impl Ring<'_> {
         now: impl Fn() -> u64,
         n: u64,
         op: Op,
-        judge: impl Fn(&Reading<'_>) -> (Decision, u64),
+        judge: impl Fn(&Reading<'_, S>) -> (Decision, u64),
     ) -> Option<(Decision, u64)> {
         debug_assert!(
             op != Op::Charge,
@@ -806,7 +814,7 @@ impl Ring<'_> {
         &self,
         granularity: u64,
         now: impl Fn() -> u64,
-    ) -> Result<Fast<'_>, Loads> {
+    ) -> Result<Fast<'_, S>, Loads> {
         let loads = self.load(now());
         self.fast_from(granularity, loads).ok_or(loads)
     }
@@ -814,7 +822,7 @@ impl Ring<'_> {
     /// The [`Fast`] reading made of `loads` (from [`Ring::fast_read`], as it loads them), if
     /// they meet its conditions.
     #[inline(always)]
-    pub(crate) fn fast_from(&self, granularity: u64, loads: Loads) -> Option<Fast<'_>> {
+    pub(crate) fn fast_from(&self, granularity: u64, loads: Loads) -> Option<Fast<'_, S>> {
         let Loads {
             t,
             front,
@@ -824,12 +832,14 @@ impl Ring<'_> {
         let first = front - self.buckets;
         // `locate`'s common case: `t` in bucket `front`, which starts at `(front − N − 1)·G`.
         let offset = t.wrapping_sub((first - 1).wrapping_mul(granularity));
-        (offset < granularity && cum & RETIRED == 0 && clean(oldest, first, cum)).then(|| Fast {
-            ring: self,
-            loads,
-            offset,
-            // `tail(0)` at bucket `front`.
-            sum: tail_from(cum, oldest),
+        (offset < granularity && cum & RETIRED == 0 && clean::<S>(oldest, first, cum)).then(|| {
+            Fast {
+                ring: self,
+                loads,
+                offset,
+                // `tail(0)` at bucket `front`.
+                sum: tail_from::<S>(cum, oldest),
+            }
         })
     }
 
@@ -863,12 +873,12 @@ impl Ring<'_> {
         if ticket != 0 {
             // Acquire: as `load`'s, so that the slot of `front` is established.
             let front = self.front.load(Ordering::Acquire);
-            if tag(front) == (ticket >> 8) as u32 {
+            if S::tag(front) == (ticket >> 8) as u32 {
                 let slot = self.slot(front);
                 // Relaxed: as in `record_mark_in`; the commit's CAS on `cum` follows.
                 let seen = slot.load(Ordering::Relaxed);
                 let mark = ticket & u64::from(MAX_MARK);
-                if mark_of(seen) < mark {
+                if S::mark_of(seen) < mark {
                     raise_mark(slot, front, seen, mark);
                 }
             }
@@ -892,7 +902,7 @@ impl Ring<'_> {
         granularity: u64,
         now: impl Fn() -> u64,
         n: u64,
-        skip: impl Fn(&Reading<'_>) -> u64,
+        skip: impl Fn(&Reading<'_, S>) -> u64,
     ) -> Option<u64> {
         let backoff = Backoff::new();
         // At most 2³¹ − 1 per raise, so a stale reader always sees a raised snapshot as later
@@ -910,9 +920,9 @@ impl Ring<'_> {
                 // The snapshot of the oldest bucket refunded from: `tail(skip)` is the count
                 // less that snapshot (for `skip = 0`, the slot `read` already loaded).
                 let from = if skip == 0 {
-                    snapshot_of(r.oldest)
+                    S::snapshot_of(r.oldest)
                 } else {
-                    (r.cum as u32).wrapping_sub(counted as u32)
+                    S::since(S::count(r.cum), counted as u32)
                 };
                 (r.front, from, counted, skip)
             });
@@ -922,11 +932,11 @@ impl Ring<'_> {
                 // fresh), so report it rather than "retired".
                 return (freed > 0).then_some(freed);
             };
-            let raise = left.min(counted).min(MAX_RAISE);
+            let raise = left.min(counted).min(S::MAX_RAISE);
             if raise == 0 {
                 break;
             }
-            let to = from.wrapping_add(raise as u32);
+            let to = S::ahead(from, raise as u32);
             // The barrier: a no-op CAS on `goal`, possible only while no fill from `front`
             // is claimed. AcqRel: every later claim reads from it (all writes of `goal` are
             // read-modify-writes), so every later fill reads a `cum` no older than ours and
@@ -966,17 +976,17 @@ impl Ring<'_> {
             // Acquire: pairs with the Release of the CAS that established or raised it.
             let mut seen = slot.load(Ordering::Acquire);
             loop {
-                if tag_of(seen) != tag(k) {
+                if S::tag_of(seen) != S::tag(k) {
                     // Recycled by a fill, and so is every older slot (fills go oldest first).
                     return Raised::Moved;
                 }
-                let snapshot = snapshot_of(seen);
-                if k == oldest && later(snapshot, to) == snapshot {
+                let snapshot = S::snapshot_of(seen);
+                if k == oldest && S::later(snapshot, to) == snapshot {
                     // Another refund raised the oldest to our target or past it: our raises of
                     // newer slots are subsumed by its, and we freed nothing.
                     return Raised::Lost;
                 }
-                if later(snapshot, to) == snapshot {
+                if S::later(snapshot, to) == snapshot {
                     // At or above `to` already (a newer refund, or a later fill).
                     break;
                 }
@@ -984,14 +994,14 @@ impl Ring<'_> {
                 // read that bounds `to`; Acquire on failure as the load above.
                 match slot.compare_exchange(
                     seen,
-                    with_snapshot(seen, to),
+                    S::with_snapshot(seen, to),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
                     // The oldest from below `to` (from the value the refund read, or from
                     // where a racing refund left it): this refund freed `to − snapshot`, and
                     // no raise of ours is left above the oldest snapshot unreported.
-                    Ok(_) if k == oldest => return Raised::Oldest(to.wrapping_sub(snapshot)),
+                    Ok(_) if k == oldest => return Raised::Oldest(S::since(to, snapshot)),
                     Ok(_) => break,
                     Err(now_seen) => seen = now_seen,
                 }
@@ -1075,7 +1085,7 @@ impl Ring<'_> {
             if !self.help(front) {
                 // No fill in progress from `front`: claim one. Losing the CAS means someone
                 // else claimed (or finished) one; the loop helps it.
-                let goal = goal_for(front, bucket, self.buckets);
+                let goal = goal_for::<S>(front, bucket, self.buckets);
                 // AcqRel: the claim is read by helpers with Acquire; nothing else rides on it.
                 let _ =
                     self.goal
@@ -1102,7 +1112,7 @@ impl Ring<'_> {
     /// Establishes the snapshots of `goal`'s window and moves `front` from `front` to `goal`.
     fn fill(&self, front: u64, goal: u64) {
         // Read after `front` was seen, so it is at least every snapshot up to `front`.
-        let mut snapshot = self.cum.load(Ordering::Acquire) as u32;
+        let mut snapshot = S::count(self.cum.load(Ordering::Acquire));
         let first = (front + 1).max(goal - self.buckets);
         let backoff = Backoff::new();
         for k in first..=goal {
@@ -1114,15 +1124,20 @@ impl Ring<'_> {
                 if self.front.load(Ordering::Acquire) != front {
                     return;
                 }
-                if tag_of(seen) == tag(k) {
+                if S::tag_of(seen) == S::tag(k) {
                     // Established by another helper; keep snapshots monotone.
-                    snapshot = later(snapshot, snapshot_of(seen));
+                    snapshot = S::later(snapshot, S::snapshot_of(seen));
                     break;
                 }
                 // `seen` is stale (tag in `front − N ..= front`). AcqRel: Release publishes
                 // the `cum` read behind `snapshot` before any admission at bucket `k`.
                 if slot
-                    .compare_exchange(seen, pack(k, snapshot), Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(
+                        seen,
+                        S::pack(k, snapshot),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
                 {
                     break;
@@ -1140,13 +1155,13 @@ impl Ring<'_> {
 
 /// [`Ring::record_mark`] on `slot`, bucket `k`'s.
 #[inline(always)]
-fn record_mark_in(slot: &AtomicU64, k: u64, offset: u64, step: u64) -> u64 {
+fn record_mark_in<S: Slots>(slot: Slot<'_, S>, k: u64, offset: u64, step: u64) -> u64 {
     // Relaxed: the mark reaches a checker through this admission's CAS on `cum` (Release,
     // after this in program order) and the checker's Acquire load of `cum`; a mark found
     // here already, written by another admission, is then seen by that checker too
     // (read-read coherence).
     let seen = slot.load(Ordering::Relaxed);
-    let mark = mark_of(seen);
+    let mark = S::mark_of(seen);
     // `mark ≥ ⌈offset / step⌉ + 1`.
     if mark * step >= offset + step {
         return mark;
@@ -1158,22 +1173,22 @@ fn record_mark_in(slot: &AtomicU64, k: u64, offset: u64, step: u64) -> u64 {
 /// to `mark` by CAS, keeping its tag and snapshot. A function apart, taking no `Ring`: a
 /// method made the inlined check build the ring in memory for it.
 #[cold]
-fn raise_mark(slot: &AtomicU64, k: u64, mut seen: u64, mark: u64) -> u64 {
+fn raise_mark<S: Slots>(slot: Slot<'_, S>, k: u64, mut seen: u64, mark: u64) -> u64 {
     loop {
-        if tag_of(seen) != tag(k) {
+        if S::tag_of(seen) != S::tag(k) {
             // Recycled by a fill that jumps past the window of `k`: bucket `k` never
             // becomes the oldest of any reading, and a unit counted in a later bucket
             // than its clock's needs no mark there (see "Last-admission marks").
             return mark;
         }
-        if mark_of(seen) >= mark {
-            return mark_of(seen);
+        if S::mark_of(seen) >= mark {
+            return S::mark_of(seen);
         }
         // Relaxed: as the load in `record_mark`. A failure (a racing mark, a refund's
         // raise) loads the slot again.
         match slot.compare_exchange_weak(
             seen,
-            with_mark(seen, mark),
+            S::with_mark(seen, mark),
             Ordering::Relaxed,
             Ordering::Relaxed,
         ) {
@@ -1186,16 +1201,18 @@ fn raise_mark(slot: &AtomicU64, k: u64, mut seen: u64, mark: u64) -> u64 {
 /// Where a fill from `front` towards `bucket` goes: `bucket` itself, unless the jump is
 /// more than `N` and within `N` of a multiple of 2³² buckets (tags would alias), in which
 /// case half-way round the tag space first.
-fn goal_for(front: u64, bucket: u64, buckets: u64) -> u64 {
+fn goal_for<S: Slots>(front: u64, bucket: u64, buckets: u64) -> u64 {
     let gap = bucket - front;
     if gap <= buckets {
         return bucket;
     }
-    let residue = tag(gap);
-    if u64::from(residue) > buckets && u64::from(tag(u64::from(residue.wrapping_neg()))) > buckets {
+    let residue = S::tag(gap);
+    if u64::from(residue) > buckets
+        && u64::from(S::tag(u64::from(residue.wrapping_neg()))) > buckets
+    {
         bucket
     } else {
-        front + (1 << (TAG_BITS - 1))
+        front + (1 << (S::TAG_BITS - 1))
     }
 }
 

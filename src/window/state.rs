@@ -1,7 +1,7 @@
 //! One key's state, whichever algorithm counts it: the one interface the direct limiter, the
 //! keyed store and `check_all` call, and the layout that fixes what a key costs in memory.
 //!
-//! Each algorithm's atomic protocol lives in its own module ([`ring`](super::ring) with
+//! Each algorithm's atomic protocol lives in its own module ([`ring`] with
 //! [`counter`], [`log`](super::log), [`gcra`](super::gcra)); this module only
 //! dispatches. The counter's charge is not routed through here: the limiters call
 //! [`counter::charge`] (the keyed limiter) or its two halves (the direct limiter) themselves,
@@ -17,14 +17,21 @@ use crate::sync::AtomicU64;
 use crate::window::counter;
 use crate::window::gcra::Gcra;
 use crate::window::log::Log;
-use crate::window::ring::Ring;
+use crate::window::ring::{
+    self, COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT, Compact, Parts, Ring, Wide,
+};
 
 /// What a key's state is made for: a state of another shape cannot carry a key's counts over
 /// exactly, so a keyed store replaces it (see `KeyedLimiter::quota_for`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
-    /// A snapshot ring of `buckets` buckets of `granularity` ns (Strict, Weighted, fixed).
-    Ring { granularity: u64, buckets: u64 },
+    /// A snapshot ring of `buckets` buckets of `granularity` ns (Strict, Weighted, fixed),
+    /// its slots [`Compact`] or [`Wide`].
+    Ring {
+        granularity: u64,
+        buckets: u64,
+        compact: bool,
+    },
     /// A log of `capacity` slots over a window of `window` ns.
     Log { capacity: u64, window: u64 },
     /// A GCRA cell under `rule`.
@@ -32,7 +39,9 @@ pub(crate) enum Shape {
 }
 
 impl Shape {
-    /// The shape `rule` needs.
+    /// The shape `rule` needs in a keyed store: a counter's slots are compact when the rule
+    /// keeps no marks, its limit is at most [`COMPACT_MAX_LIMIT`] and its window has at most
+    /// [`COMPACT_MAX_BUCKETS`] buckets (see `window/ring/slots.rs`).
     #[inline]
     pub(crate) fn of(rule: &Rule) -> Shape {
         match rule.mode() {
@@ -45,7 +54,27 @@ impl Shape {
             Mode::Strict | Mode::StrictMarked | Mode::Weighted | Mode::FixedWindow => Shape::Ring {
                 granularity: rule.counter.granularity,
                 buckets: rule.counter.buckets,
+                compact: !rule.counter.is_marked()
+                    && rule.limit <= COMPACT_MAX_LIMIT
+                    && rule.counter.buckets <= COMPACT_MAX_BUCKETS,
             },
+        }
+    }
+
+    /// This shape with wide slots, if a ring: a direct limiter's (one ring, whose few bytes
+    /// do not matter, on the wide ring's own inlined check).
+    pub(crate) fn wide(self) -> Shape {
+        match self {
+            Shape::Ring {
+                granularity,
+                buckets,
+                ..
+            } => Shape::Ring {
+                granularity,
+                buckets,
+                compact: false,
+            },
+            other => other,
         }
     }
 
@@ -53,7 +82,16 @@ impl Shape {
     /// [`Head`]: a packed ring, or a GCRA cell's TAT.
     pub(crate) fn words(&self) -> usize {
         match *self {
-            Shape::Ring { buckets, .. } => Ring::words(buckets),
+            Shape::Ring {
+                buckets,
+                compact: false,
+                ..
+            } => Ring::<Wide>::words(buckets),
+            Shape::Ring {
+                buckets,
+                compact: true,
+                ..
+            } => Ring::<Compact>::words(buckets),
             Shape::Log { .. } => 0,
             Shape::Gcra(_) => 1,
         }
@@ -66,6 +104,7 @@ impl Shape {
             Shape::Ring {
                 granularity,
                 buckets,
+                ..
             } => granularity.saturating_mul(buckets),
             Shape::Log { window, .. } => window,
             Shape::Gcra(rule) => rule.tolerance,
@@ -75,7 +114,16 @@ impl Shape {
     /// The initial value of word `i` of a fresh state of this shape.
     pub(crate) fn initial(&self, i: usize) -> u64 {
         match *self {
-            Shape::Ring { buckets, .. } => Ring::initial(buckets, i),
+            Shape::Ring {
+                buckets,
+                compact: false,
+                ..
+            } => Ring::<Wide>::initial(buckets, i),
+            Shape::Ring {
+                buckets,
+                compact: true,
+                ..
+            } => Ring::<Compact>::initial(buckets, i),
             // A GCRA cell that has admitted nothing holds TAT 0.
             Shape::Log { .. } | Shape::Gcra(_) => 0,
         }
@@ -96,8 +144,11 @@ impl Shape {
 /// by the owner (a keyed entry inline after its key, a direct limiter padded), and
 /// [`State`] views the two together.
 pub(crate) enum Head {
-    /// The sliding-window counter (Strict, Weighted) or the fixed window.
+    /// The sliding-window counter (Strict, Weighted) or the fixed window, on wide slots.
     Ring { granularity: u64 },
+    /// The same on compact slots (keyed entries only): the number of buckets kept here, as
+    /// the number of words no longer tells it.
+    Compact { granularity: u64, buckets: u32 },
     /// The exact sliding log, boxed: its slot array is a second allocation anyway, and inline
     /// it would make every key's head as large as its.
     Log { window: u64, log: Box<Log> },
@@ -114,7 +165,20 @@ impl Head {
     /// The head of a fresh state of `shape`.
     pub(crate) fn new(shape: Shape) -> Head {
         match shape {
-            Shape::Ring { granularity, .. } => Head::Ring { granularity },
+            Shape::Ring {
+                granularity,
+                compact: false,
+                ..
+            } => Head::Ring { granularity },
+            Shape::Ring {
+                granularity,
+                buckets,
+                compact: true,
+            } => Head::Compact {
+                granularity,
+                // At most `COMPACT_MAX_BUCKETS`.
+                buckets: buckets as u32,
+            },
             Shape::Log { capacity, window } => Head::Log {
                 window,
                 log: Box::new(Log::new(capacity)),
@@ -131,22 +195,35 @@ impl Head {
     /// [`Shape::words`]).
     #[inline]
     pub(crate) fn packed<'a>(&'a self, words: &'a [AtomicU64]) -> State<'a> {
-        self.state(|| Ring::packed(words), || &words[0])
+        self.state(|| ring::packed(words), || &words[0])
     }
 
-    /// The state of this head on its owner's atomics: `ring` gives a counter's ring, `tat`
-    /// GCRA's word (each asked only for a head of its algorithm). The one place a head and
-    /// its atomics become a [`State`], for keyed entries and direct limiters alike.
+    /// The state of this head on its owner's atomics: `ring` gives where a counter's ring
+    /// words are, `tat` GCRA's word (each asked only for a head of its algorithm). The one
+    /// place a head and its atomics become a [`State`], for keyed entries and direct
+    /// limiters alike.
     #[inline]
     pub(crate) fn state<'a>(
         &'a self,
-        ring: impl FnOnce() -> Ring<'a>,
+        ring: impl FnOnce() -> Parts<'a>,
         tat: impl FnOnce() -> &'a AtomicU64,
     ) -> State<'a> {
         match self {
-            Head::Ring { granularity } => State::Ring {
+            Head::Ring { granularity } => {
+                let parts = ring();
+                // A wide ring has a word per slot.
+                let buckets = parts.3.len() as u64 - 1;
+                State::Ring {
+                    granularity: *granularity,
+                    ring: Ring::from_parts(parts, buckets),
+                }
+            }
+            Head::Compact {
+                granularity,
+                buckets,
+            } => State::Compact {
                 granularity: *granularity,
-                ring: ring(),
+                ring: Ring::from_parts(ring(), u64::from(*buckets)),
             },
             Head::Log { window, log } => State::Log {
                 window: *window,
@@ -173,6 +250,11 @@ impl Head {
 pub(crate) enum State<'a> {
     /// The sliding-window counter (Strict, Weighted) or the fixed window.
     Ring { granularity: u64, ring: Ring<'a> },
+    /// The same on compact slots.
+    Compact {
+        granularity: u64,
+        ring: Ring<'a, Compact>,
+    },
     /// The exact sliding log.
     Log { window: u64, log: &'a Log },
     /// GCRA.
@@ -189,6 +271,15 @@ impl State<'_> {
                 Shape::Ring {
                     granularity: g,
                     buckets,
+                    compact: false,
+                },
+            ) => *granularity == g && ring.buckets() == buckets,
+            (
+                State::Compact { granularity, ring },
+                Shape::Ring {
+                    granularity: g,
+                    buckets,
+                    compact: true,
                 },
             ) => *granularity == g && ring.buckets() == buckets,
             (
@@ -219,6 +310,10 @@ impl State<'_> {
                 Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
                 Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
             },
+            State::Compact { ring, .. } => match op {
+                Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
+                Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
+            },
             State::Log { log, .. } => log.check(&rule.log, now, n, op).map(|d| (d, 0)),
             State::Gcra { cell, .. } => cell.check(&rule.gcra, now, n, op),
         }
@@ -245,6 +340,8 @@ impl State<'_> {
         match self {
             // Strict with marks records the mark its ticket carries; other tickets are 0.
             State::Ring { ring, .. } => ring.commit_marked(n, ticket),
+            // No marks: its tickets are 0.
+            State::Compact { ring, .. } => ring.commit(n),
             State::Log { log, .. } => log.commit(n, || ticket),
             // A GCRA reservation is a charge already.
             State::Gcra { cell, .. } => !cell.is_retired(),
@@ -255,6 +352,7 @@ impl State<'_> {
     pub(crate) fn release(&self, n: u64, ticket: u64, now: impl Fn() -> u64) {
         match self {
             State::Ring { ring, .. } => ring.release(n),
+            State::Compact { ring, .. } => ring.release(n),
             State::Log { log, .. } => log.release(n),
             State::Gcra { rule, cell } => cell.release(rule, n, ticket, &now),
         }
@@ -265,6 +363,7 @@ impl State<'_> {
     pub(crate) fn refund(&self, rule: &Rule, now: impl Fn() -> u64, n: u64) -> Option<u64> {
         match self {
             State::Ring { ring, .. } => counter::refund(*ring, &rule.counter, now, n),
+            State::Compact { ring, .. } => counter::refund(*ring, &rule.counter, now, n),
             State::Log { window, log } => {
                 let t = now();
                 (!log.is_retired()).then(|| log.refund(*window, t, n))
@@ -280,6 +379,7 @@ impl State<'_> {
     pub(crate) fn retire_idle(&self, now: u64) -> bool {
         match self {
             State::Ring { granularity, ring } => ring.retire_idle(*granularity, now),
+            State::Compact { granularity, ring } => ring.retire_idle(*granularity, now),
             State::Log { window, log } => log.retire_idle(*window, now),
             State::Gcra { cell, .. } => cell.retire_idle(now),
         }
@@ -292,6 +392,7 @@ impl State<'_> {
     pub(crate) fn retire_stale(&self, now: u64) -> bool {
         let window = match self {
             State::Ring { granularity, ring } => granularity.saturating_mul(ring.buckets()),
+            State::Compact { granularity, ring } => granularity.saturating_mul(ring.buckets()),
             State::Log { window, .. } => *window,
             State::Gcra { rule, .. } => rule.tolerance,
         };
@@ -303,6 +404,7 @@ impl State<'_> {
     pub(crate) fn retire_now(&self) -> bool {
         match self {
             State::Ring { ring, .. } => ring.retire_now(),
+            State::Compact { ring, .. } => ring.retire_now(),
             State::Log { log, .. } => log.retire_now(),
             State::Gcra { cell, .. } => cell.retire_now(),
         }
@@ -312,6 +414,7 @@ impl State<'_> {
     pub(crate) fn is_retired(&self) -> bool {
         match self {
             State::Ring { ring, .. } => ring.is_retired(),
+            State::Compact { ring, .. } => ring.is_retired(),
             State::Log { log, .. } => log.is_retired(),
             State::Gcra { cell, .. } => cell.is_retired(),
         }
@@ -323,6 +426,7 @@ impl State<'_> {
     pub(crate) fn holds_reservation(&self) -> bool {
         match self {
             State::Ring { ring, .. } => ring.holds_reservation(),
+            State::Compact { ring, .. } => ring.holds_reservation(),
             State::Log { log, .. } => log.holds_reservation(),
             State::Gcra { .. } => false,
         }
@@ -332,6 +436,7 @@ impl State<'_> {
     pub(crate) fn last_active(&self) -> u64 {
         match self {
             State::Ring { granularity, ring } => ring.last_active(*granularity),
+            State::Compact { granularity, ring } => ring.last_active(*granularity),
             State::Log { log, .. } => log.last_active(),
             State::Gcra { rule, cell } => cell.last_active(rule.tolerance),
         }
@@ -341,6 +446,7 @@ impl State<'_> {
     pub(crate) fn admitted(&self) -> u64 {
         match self {
             State::Ring { ring, .. } => ring.admitted(),
+            State::Compact { ring, .. } => ring.admitted(),
             State::Log { log, .. } => log.admitted(),
             State::Gcra { .. } => 0,
         }
@@ -351,16 +457,20 @@ impl Quota {
     /// The bytes of state one key of this quota holds in a
     /// [`KeyedLimiter`](crate::KeyedLimiter), besides the key itself and its slot in the table:
     /// the state inline in the key's entry, plus its heap array if any. For the
-    /// sliding-window counter and the fixed window it is `8·(N + 1) + 48` bytes (`N + 1`
-    /// snapshots, three more words and a 24-byte head); for GCRA 32; for the exact log
-    /// `8·L` rounded up to a power of two, plus 64.
+    /// sliding-window counter and the fixed window with a limit of at most 2²¹, at most 63
+    /// buckets and no marks (every Strict, Weighted or fixed-window quota of that size) it is
+    /// `4·(N + 1)` rounded up to 8, plus 48 bytes (`N + 1` snapshots of 32 bits, three more
+    /// words and a 24-byte head); for a larger limit or window, or Strict with marks,
+    /// `8·(N + 1) + 48` (64-bit snapshots); for GCRA 32; for the exact log `8·L` rounded up
+    /// to a power of two, plus 64.
     ///
     /// ```
     /// use slidegate::{Mode, Quota};
     /// use std::time::Duration;
     ///
     /// let q = Quota::new(100, Duration::from_secs(60))?; // N = 10 buckets
-    /// assert_eq!(q.bytes_per_key(), 8 * (10 + 1) + 48);
+    /// assert_eq!(q.bytes_per_key(), 4 * 12 + 48);
+    /// assert_eq!(q.with_mode(Mode::StrictMarked).bytes_per_key(), 8 * (10 + 1) + 48);
     /// assert_eq!(q.with_mode(Mode::Gcra).bytes_per_key(), 32);
     /// assert_eq!(q.with_mode(Mode::ExactLog).bytes_per_key(), 8 * 128 + 64);
     /// # Ok::<(), slidegate::ConfigError>(())

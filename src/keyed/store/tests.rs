@@ -1,4 +1,5 @@
 use super::*;
+use crate::window::ring::{COMPACT_MAX_BUCKETS, Ring, Slots};
 use core::hash::Hasher;
 
 /// Sends every key to one hash: every key shares one probe sequence.
@@ -24,18 +25,29 @@ impl Hasher for OneHasher {
 const SHAPE: Shape = Shape::Ring {
     granularity: 10,
     buckets: 2,
+    compact: true,
 };
+
+/// Charges one unit at `now` on the ring of `state` (granularity 10); `false` if it is
+/// retired or not a ring.
+fn charge_one(state: State<'_>, now: u64) -> bool {
+    fn on<S: Slots>(ring: Ring<'_, S>, granularity: u64, now: u64) -> bool {
+        let read = ring.read(granularity, || now, true, |_| ());
+        read.is_some_and(|((), r)| ring.try_charge(r, 1))
+    }
+    match state {
+        State::Ring { granularity, ring } => on(ring, granularity, now),
+        State::Compact { granularity, ring } => on(ring, granularity, now),
+        State::Log { .. } | State::Gcra { .. } => false,
+    }
+}
 
 /// Inserts `key` at `now` and charges it one unit there.
 fn touch<S: BuildHasher>(store: &Store<u32, S>, key: u32, now: u64) {
     let guard = epoch::pin();
     let hash = store.hash(&key);
     let entry = store.get_or_insert(&key, hash, || SHAPE, now, &guard);
-    let State::Ring { ring, .. } = entry.state() else {
-        panic!("a ring shape makes a ring")
-    };
-    let read = ring.read(10, || now, true, |_| ());
-    assert!(read.is_some_and(|((), r)| ring.try_charge(r, 1)));
+    assert!(charge_one(entry.state(), now));
 }
 
 fn held<S: BuildHasher>(store: &Store<u32, S>, key: u32) -> bool {
@@ -188,6 +200,7 @@ fn inserts_sweep_only_once_an_entry_can_be_stale() {
     let short = Shape::Ring {
         granularity: 1,
         buckets: 2,
+        compact: true,
     };
     let guard = epoch::pin();
     store.get_or_insert(&1, store.hash(&1), || short, 3, &guard);
@@ -221,6 +234,22 @@ fn entries_of_every_shape_and_key_layout_keep_their_words() {
             Shape::Ring {
                 granularity: 1,
                 buckets: 300,
+                compact: false,
+            },
+            Shape::Ring {
+                granularity: 1,
+                buckets: 10,
+                compact: false,
+            },
+            Shape::Ring {
+                granularity: 1,
+                buckets: 10,
+                compact: true,
+            },
+            Shape::Ring {
+                granularity: 1,
+                buckets: COMPACT_MAX_BUCKETS,
+                compact: true,
             },
             Shape::Log {
                 capacity: 4,
@@ -239,9 +268,8 @@ fn entries_of_every_shape_and_key_layout_keep_their_words() {
                 let entry = store.get_or_insert(&key, store.hash(&key), || shape, 0, &guard);
                 assert!(entry.state().fits(shape));
                 assert!(entry.key == key);
-                if let State::Ring { granularity, ring } = entry.state() {
-                    let read = ring.read(granularity, || 5, true, |_| ());
-                    assert!(read.is_some_and(|((), r)| ring.try_charge(r, 1)));
+                if matches!(shape, Shape::Ring { .. }) {
+                    assert!(charge_one(entry.state(), 5));
                 } else {
                     let now = || 5;
                     let (d, _) = entry
@@ -332,12 +360,7 @@ fn random_steps<S: BuildHasher>(store: &Store<u32, S>, seed: u64, keys: u32) {
                 if let Some(before) = before.filter(|e| !e.state().is_retired()) {
                     assert!(core::ptr::eq(before, entry), "step {step}: a second entry");
                 }
-                let State::Ring { ring, .. } = entry.state() else {
-                    panic!("a ring shape makes a ring")
-                };
-                if let Some(((), read)) = ring.read(10, || now, true, |_| ()) {
-                    ring.try_charge(read, 1);
-                }
+                charge_one(entry.state(), now);
             }
         }
         check_invariants(store);
