@@ -571,17 +571,6 @@ impl<S: Slots> Slot<'_, S> {
     ) -> Result<u64, u64> {
         S::compare_exchange(self.words, self.i, current, new, success, failure)
     }
-
-    #[inline(always)]
-    fn compare_exchange_weak(
-        self,
-        current: u64,
-        new: u64,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u64, u64> {
-        S::compare_exchange_weak(self.words, self.i, current, new, success, failure)
-    }
 }
 
 /// The largest clock reading the ring tells apart (ns, about 292 years); later ones count
@@ -1186,7 +1175,7 @@ fn raise_mark<S: Slots>(slot: Slot<'_, S>, k: u64, mut seen: u64, mark: u64) -> 
         }
         // Relaxed: as the load in `record_mark`. A failure (a racing mark, a refund's
         // raise) loads the slot again.
-        match slot.compare_exchange_weak(
+        match slot.compare_exchange(
             seen,
             S::with_mark(seen, mark),
             Ordering::Relaxed,

@@ -80,16 +80,6 @@ pub(crate) trait Slots: Copy + 'static {
         failure: Ordering,
     ) -> Result<u64, u64>;
 
-    /// [`Slots::compare_exchange`], allowed to fail spuriously.
-    fn compare_exchange_weak(
-        words: &[AtomicU64],
-        i: usize,
-        current: u64,
-        new: u64,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u64, u64>;
-
     /// The bucket index `k` as a tag holds it.
     #[inline(always)]
     fn tag(k: u64) -> u32 {
@@ -204,18 +194,6 @@ impl Slots for Wide {
     ) -> Result<u64, u64> {
         words[i].compare_exchange(current, new, success, failure)
     }
-
-    #[inline(always)]
-    fn compare_exchange_weak(
-        words: &[AtomicU64],
-        i: usize,
-        current: u64,
-        new: u64,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u64, u64> {
-        words[i].compare_exchange_weak(current, new, success, failure)
-    }
 }
 
 /// Two slots per 64-bit word, each an 8-bit tag (its low bits) and a 24-bit snapshot, no
@@ -304,18 +282,6 @@ impl Slots for Compact {
             }
         }
     }
-
-    #[inline]
-    fn compare_exchange_weak(
-        words: &[AtomicU64],
-        i: usize,
-        current: u64,
-        new: u64,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u64, u64> {
-        Compact::compare_exchange(words, i, current, new, success, failure)
-    }
 }
 
 #[cfg(all(test, not(slidegate_loom)))]
@@ -348,7 +314,7 @@ mod tests {
             "a wrong expected value fails with the slot's"
         );
         assert_eq!(
-            Compact::compare_exchange_weak(&words, 0, one, 5, order, relaxed),
+            Compact::compare_exchange(&words, 0, one, 5, order, relaxed),
             Err(Compact::load(&words, 0, relaxed))
         );
         assert_eq!(
