@@ -2,14 +2,14 @@
 
 use loom::sync::Arc;
 use loom::thread::{self, JoinHandle};
-use slidegate::clock::ManualClock;
+use slidegate::clock::{Clock, ManualClock};
 use slidegate::{KeyedLimiter, Quota};
 
 /// A hasher with fixed keys: loom replays every execution, so hashing must not be random.
 pub type FixedHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 /// A keyed limiter on `clock` with a deterministic hasher.
-pub fn keyed(quota: Quota, clock: ManualClock) -> KeyedLimiter<u32, ManualClock, FixedHasher> {
+pub fn keyed<C: Clock>(quota: Quota, clock: C) -> KeyedLimiter<u32, C, FixedHasher> {
     KeyedLimiter::builder(quota)
         .clock(clock)
         .hasher(FixedHasher::default())

@@ -8,6 +8,10 @@
 //! - `RecordingClock`: a `ManualClock` that remembers, per loom thread, the last reading it
 //!   gave; `effective_times` derives from a decision whether the call judged at that reading
 //!   or at the start of a newer bucket.
+//! - `Limiter`: what the ring models drive, a direct limiter (`Spec::limiter`) or one key of
+//!   a keyed limiter (`Spec::keyed_limiter`); a model written over `NewLimiter` runs on both.
+//!   A keyed model that fails aborts its test binary after loom's report (unwinding drops
+//!   the epoch's thread-local record outside the model): rerun it alone with `--exact`.
 //! - `Event` and `run`: one check or peek, the reading it used and its decision.
 //! - The oracles: `assert_strict_safe` (no interval of length `W` holds more than `L`;
 //!   `assert_safe_at_readings` the same over plain `(reading, cost)` pairs),
@@ -18,7 +22,7 @@
 //! - `gcra_oracle`: GCRA's sequential cell (`GcraModel`), calls on a GCRA limiter
 //!   (`run_gcra`) and `assert_gcra_linearizable`, which explains every answer — `remaining`,
 //!   waits and a refund's count included — and the final state by one sequential order.
-//! - `refund_oracle`: calls mixing checks and refunds on a Strict limiter (`run_ring`) and
+//! - `refund_oracle`: calls mixing checks and refunds on a Strict `Limiter` (`run_ring`) and
 //!   `assert_refunds_explained`: a sequential counter whose refunds remove the oldest units
 //!   counted explains every answer and the window sums after joining.
 //!

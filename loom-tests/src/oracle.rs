@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use slidegate::clock::{Clock, ManualClock, Nanos};
-use slidegate::{Decision, Mode, Quota, SlidingWindow};
+use slidegate::{CostError, Decision, KeyedLimiter, Mode, Quota, SlidingWindow};
+
+use crate::{FixedHasher, keyed};
 
 /// The preemption bound every model runs with, set in code so that a run does not depend on
 /// `LOOM_MAX_PREEMPTIONS` (which is ignored). Two preemptions interleave a stalled reader or
@@ -74,8 +76,75 @@ pub struct Spec {
     pub mode: Mode,
 }
 
-/// A limiter under test, reading a [`RecordingClock`].
-pub type Limiter = Arc<SlidingWindow<RecordingClock>>;
+/// A limiter under test, reading a [`RecordingClock`]: a direct limiter, or one key
+/// ([`Limiter::KEY`]) of a keyed limiter, whose ring lives inline in the key's entry. The
+/// ring models run on both, so that each store's ring is checked by the same oracles.
+#[derive(Clone)]
+pub enum Limiter {
+    /// A `SlidingWindow`.
+    Direct(Arc<SlidingWindow<RecordingClock>>),
+    /// A `KeyedLimiter`, every call on [`Limiter::KEY`].
+    Keyed(Arc<KeyedLimiter<u32, RecordingClock, FixedHasher>>),
+}
+
+impl Limiter {
+    /// The one key a keyed limiter under test is called on.
+    pub const KEY: u32 = 0;
+
+    /// `check()`.
+    pub fn check(&self) -> Decision {
+        match self {
+            Limiter::Direct(l) => l.check(),
+            Limiter::Keyed(l) => l.check(&Self::KEY),
+        }
+    }
+
+    /// `check_n(n)`.
+    pub fn check_n(&self, n: u64) -> Result<Decision, CostError> {
+        match self {
+            Limiter::Direct(l) => l.check_n(n),
+            Limiter::Keyed(l) => l.check_n(&Self::KEY, n),
+        }
+    }
+
+    /// `peek()`.
+    pub fn peek(&self) -> Decision {
+        match self {
+            Limiter::Direct(l) => l.peek(),
+            Limiter::Keyed(l) => l.peek(&Self::KEY),
+        }
+    }
+
+    /// `refund(n)`: the units freed.
+    pub fn refund(&self, n: u64) -> u64 {
+        match self {
+            Limiter::Direct(l) => l.refund(n),
+            Limiter::Keyed(l) => l.refund(&Self::KEY, n),
+        }
+    }
+
+    /// The total cost ever admitted (the key's entry's, for a keyed limiter; it wraps at
+    /// 2³², far above any model's).
+    pub fn admitted_total(&self) -> u64 {
+        match self {
+            Limiter::Direct(l) => l.admitted_total(),
+            Limiter::Keyed(l) => l.admitted_total(&Self::KEY),
+        }
+    }
+
+    /// The direct limiter itself, for models of the direct limiter alone (`check_all` with
+    /// marks); panics on a keyed one.
+    pub fn direct(&self) -> &SlidingWindow<RecordingClock> {
+        match self {
+            Limiter::Direct(l) => l,
+            Limiter::Keyed(_) => panic!("a direct limiter expected"),
+        }
+    }
+}
+
+/// Builds a limiter for a spec, and the clock it reads: [`Spec::limiter`] (direct) or
+/// [`Spec::keyed_limiter`]. A model written once over `NewLimiter` runs on both.
+pub type NewLimiter = fn(&Spec) -> (Limiter, ManualClock);
 
 impl Spec {
     /// A Strict spec.
@@ -98,15 +167,27 @@ impl Spec {
         t / self.granularity
     }
 
-    /// A fresh limiter for this spec on a [`ManualClock`] at zero, and that clock.
-    pub fn limiter(&self) -> (Limiter, ManualClock) {
-        let quota = Quota::new(self.limit, Duration::from_nanos(self.window()))
+    /// This spec's quota.
+    pub fn quota(&self) -> Quota {
+        Quota::new(self.limit, Duration::from_nanos(self.window()))
             .and_then(|q| q.with_granularity(Duration::from_nanos(self.granularity)))
             .expect("a valid quota")
-            .with_mode(self.mode);
+            .with_mode(self.mode)
+    }
+
+    /// A fresh direct limiter for this spec on a [`ManualClock`] at zero, and that clock.
+    pub fn limiter(&self) -> (Limiter, ManualClock) {
         let clock = ManualClock::new();
-        let limiter = SlidingWindow::with_clock(quota, RecordingClock(clock.clone()));
-        (Arc::new(limiter), clock)
+        let limiter = SlidingWindow::with_clock(self.quota(), RecordingClock(clock.clone()));
+        (Limiter::Direct(Arc::new(limiter)), clock)
+    }
+
+    /// A fresh keyed limiter giving every key this spec's quota, on a [`ManualClock`] at
+    /// zero, and that clock; the models call it on [`Limiter::KEY`] only.
+    pub fn keyed_limiter(&self) -> (Limiter, ManualClock) {
+        let clock = ManualClock::new();
+        let limiter = keyed(self.quota(), RecordingClock(clock.clone()));
+        (Limiter::Keyed(Arc::new(limiter)), clock)
     }
 
     /// The window's use as the rule weighs it at time `t`, given admitted costs placed in
@@ -201,7 +282,7 @@ pub fn finals(limiter: &Limiter, clock: &ManualClock, spec: &Spec, steps: u64) -
 }
 
 /// Makes one call on `limiter` from model thread `thread` and records it.
-pub fn run(limiter: &SlidingWindow<RecordingClock>, thread: usize, op: Op) -> Event {
+pub fn run(limiter: &Limiter, thread: usize, op: Op) -> Event {
     let decision = match op {
         Op::Check(1) => limiter.check(),
         Op::Check(n) => limiter.check_n(n).expect("a valid cost"),

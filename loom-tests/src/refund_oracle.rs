@@ -13,10 +13,7 @@
 //! judged in (never older), and units are counted in buckets in the order they were
 //! admitted (the count numbers them; bucket `k` holds the numbers between two snapshots).
 
-use crate::{Event, Op, Spec, effective_times, last_reading};
-use slidegate::SlidingWindow;
-
-use crate::RecordingClock;
+use crate::{Event, Limiter, Op, Spec, effective_times, last_reading};
 
 /// What a refund model thread asks the limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +69,7 @@ impl RingEvent {
 }
 
 /// Makes one call on `limiter` from model thread `thread` and records it.
-pub fn run_ring(limiter: &SlidingWindow<RecordingClock>, thread: usize, op: RingOp) -> RingEvent {
+pub fn run_ring(limiter: &Limiter, thread: usize, op: RingOp) -> RingEvent {
     let (decision, freed) = match op {
         RingOp::Check(n) => (Some(limiter.check_n(n).expect("a valid cost")), 0),
         RingOp::Refund(n) => (None, limiter.refund(n)),

@@ -7,13 +7,18 @@
 // of the calls (linearisability). Would fail if admission were not one CAS from the value
 // judged (a lost update, a double admission), if a lost CAS were not re-judged against the
 // new total, or if `remaining` were computed from anything but the reading that was charged.
+//
+// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
+// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
+// oracles check both stores' rings.
+// On the keyed limiter the racing checks are also the key's first: they make its entry.
 #![cfg(slidegate_loom)]
 
 use loom::thread;
-use loom_tests::{Event, Op, Spec, assert_linearizable, charged, model, run};
+use loom_tests::{Event, NewLimiter, Op, Spec, assert_linearizable, charged, model, run};
 
-fn race(spec: Spec, costs: &'static [u64]) -> (Vec<Event>, u64) {
-    let (limiter, _clock) = spec.limiter();
+fn race(new: NewLimiter, spec: Spec, costs: &'static [u64]) -> (Vec<Event>, u64) {
+    let (limiter, _clock) = new(&spec);
     let handles: Vec<_> = costs
         .iter()
         .enumerate()
@@ -30,40 +35,54 @@ fn race(spec: Spec, costs: &'static [u64]) -> (Vec<Event>, u64) {
 
 /// Limit 2, three threads `check()` at the same instant: exactly two are admitted, with
 /// `remaining` 1 and 0, and the third is denied with `remaining` 0 and a retry time.
+fn three_checks_race_for_a_limit_of_two(new: NewLimiter) {
+    let (events, left) = race(new, Spec::strict(2, 1, 10), &[1, 1, 1]);
+    let mut remaining: Vec<u64> = events
+        .iter()
+        .filter(|e| e.decision.is_allowed())
+        .map(|e| e.decision.remaining())
+        .collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, [0, 1], "{events:#?}");
+    let denied: Vec<&Event> = events.iter().filter(|e| !e.decision.is_allowed()).collect();
+    assert_eq!(denied.len(), 1, "{events:#?}");
+    assert_eq!(denied[0].decision.remaining(), 0);
+    assert!(
+        denied[0]
+            .decision
+            .retry_after()
+            .is_some_and(|d| !d.is_zero())
+    );
+    assert_eq!(left, 0);
+}
+
 #[test]
-fn three_checks_race_for_a_limit_of_two() {
-    model(|| {
-        let (events, left) = race(Spec::strict(2, 1, 10), &[1, 1, 1]);
-        let mut remaining: Vec<u64> = events
-            .iter()
-            .filter(|e| e.decision.is_allowed())
-            .map(|e| e.decision.remaining())
-            .collect();
-        remaining.sort_unstable();
-        assert_eq!(remaining, [0, 1], "{events:#?}");
-        let denied: Vec<&Event> = events.iter().filter(|e| !e.decision.is_allowed()).collect();
-        assert_eq!(denied.len(), 1, "{events:#?}");
-        assert_eq!(denied[0].decision.remaining(), 0);
-        assert!(
-            denied[0]
-                .decision
-                .retry_after()
-                .is_some_and(|d| !d.is_zero())
-        );
-        assert_eq!(left, 0);
-    });
+fn three_checks_race_for_a_limit_of_two_direct() {
+    model(|| three_checks_race_for_a_limit_of_two(Spec::limiter));
+}
+
+#[test]
+fn three_checks_race_for_a_limit_of_two_keyed() {
+    model(|| three_checks_race_for_a_limit_of_two(Spec::keyed_limiter));
 }
 
 /// Limit 3, costs 2, 2 and 1 at the same instant (`check_n`): whatever the order, 3 is
 /// admitted and exactly one cost-2 request is denied.
+fn weighted_costs_race_for_a_limit_of_three(new: NewLimiter) {
+    let (events, left) = race(new, Spec::strict(3, 2, 10), &[2, 2, 1]);
+    assert_eq!(charged(&events), 3, "{events:#?}");
+    let denied: Vec<&Event> = events.iter().filter(|e| !e.decision.is_allowed()).collect();
+    assert_eq!(denied.len(), 1, "{events:#?}");
+    assert_eq!(denied[0].op, Op::Check(2));
+    assert_eq!(left, 0);
+}
+
 #[test]
-fn weighted_costs_race_for_a_limit_of_three() {
-    model(|| {
-        let (events, left) = race(Spec::strict(3, 2, 10), &[2, 2, 1]);
-        assert_eq!(charged(&events), 3, "{events:#?}");
-        let denied: Vec<&Event> = events.iter().filter(|e| !e.decision.is_allowed()).collect();
-        assert_eq!(denied.len(), 1, "{events:#?}");
-        assert_eq!(denied[0].op, Op::Check(2));
-        assert_eq!(left, 0);
-    });
+fn weighted_costs_race_for_a_limit_of_three_direct() {
+    model(|| weighted_costs_race_for_a_limit_of_three(Spec::limiter));
+}
+
+#[test]
+fn weighted_costs_race_for_a_limit_of_three_keyed() {
+    model(|| weighted_costs_race_for_a_limit_of_three(Spec::keyed_limiter));
 }

@@ -13,12 +13,16 @@
 // recycled for a newer bucket: its count read as the current bucket's, and `reset_after`
 // reported a bucket early): with that check removed from `Fast::rest_at` the fill model
 // fails, while `denial`, `rotation` and `admission_at_limit` still pass.
+//
+// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
+// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
+// oracles check both stores' rings.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{Op, Spec, last_reading, model, run};
+use loom_tests::{Limiter, NewLimiter, Op, Spec, last_reading, model, run};
 use slidegate::clock::ManualClock;
 use slidegate::{Decision, Quota, SlidingWindow};
 
@@ -83,7 +87,7 @@ fn linearizable(spec: &Spec, pre: &[Call], a: &[Call], b: &[Call]) -> bool {
     })
 }
 
-fn check(limiter: &SlidingWindow<loom_tests::RecordingClock>) -> Call {
+fn check(limiter: &Limiter) -> Call {
     let e = run(limiter, 0, Op::Check(1));
     Call::Check {
         at: e.at,
@@ -93,9 +97,9 @@ fn check(limiter: &SlidingWindow<loom_tests::RecordingClock>) -> Call {
 
 /// The state both models start from (N = 1, G = W = 10 ns, L = 2): a unit admitted at t = 5
 /// and one at t = 15, the clock at 15; the two checks that made it.
-fn full_at_15() -> (Spec, loom_tests::Limiter, ManualClock, Vec<Call>) {
+fn full_at_15(new: NewLimiter) -> (Spec, Limiter, ManualClock, Vec<Call>) {
     let spec = Spec::strict(2, 1, 10);
-    let (limiter, clock) = spec.limiter();
+    let (limiter, clock) = new(&spec);
     clock.set(Duration::from_nanos(5));
     let mut pre = vec![check(&limiter)];
     clock.set(Duration::from_nanos(15));
@@ -107,57 +111,71 @@ fn full_at_15() -> (Spec, loom_tests::Limiter, ManualClock, Vec<Call>) {
 /// bucket 1 is full, and a check there is denied with the oldest bucket's leaving as its
 /// `retry_after` (the fast denial's case). Thread A refunds 1 (the oldest unit) while thread
 /// B checks twice at t = 15.
-#[test]
-fn a_fast_denial_racing_a_refund_is_a_sequential_answer() {
-    model(|| {
-        let (spec, limiter, _, pre) = full_at_15();
+fn a_fast_denial_racing_a_refund_is_a_sequential_answer(new: NewLimiter) {
+    let (spec, limiter, _, pre) = full_at_15(new);
 
-        let refunder = {
-            let limiter = limiter.clone();
-            thread::spawn(move || {
-                let freed = limiter.refund(1);
-                vec![Call::Refund {
-                    at: last_reading(),
-                    freed,
-                }]
-            })
-        };
-        let checker = {
-            let limiter = limiter.clone();
-            thread::spawn(move || vec![check(&limiter), check(&limiter)])
-        };
-        let a = refunder.join().unwrap();
-        let b = checker.join().unwrap();
-        assert!(
-            linearizable(&spec, &pre, &a, &b),
-            "{pre:#?}\n{a:#?}\n{b:#?}"
-        );
-    });
+    let refunder = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            let freed = limiter.refund(1);
+            vec![Call::Refund {
+                at: last_reading(),
+                freed,
+            }]
+        })
+    };
+    let checker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || vec![check(&limiter), check(&limiter)])
+    };
+    let a = refunder.join().unwrap();
+    let b = checker.join().unwrap();
+    assert!(
+        linearizable(&spec, &pre, &a, &b),
+        "{pre:#?}\n{a:#?}\n{b:#?}"
+    );
+}
+
+#[test]
+fn a_fast_denial_racing_a_refund_is_a_sequential_answer_direct() {
+    model(|| a_fast_denial_racing_a_refund_is_a_sequential_answer(Spec::limiter));
+}
+
+#[test]
+fn a_fast_denial_racing_a_refund_is_a_sequential_answer_keyed() {
+    model(|| a_fast_denial_racing_a_refund_is_a_sequential_answer(Spec::keyed_limiter));
 }
 
 /// N = 1, L = 2, full at t = 15 as above. Thread A moves the clock to 35 and checks (a fill
 /// of buckets 2 and 3 recycles both slots); thread B checks, at 15 or 35.
-#[test]
-fn a_fast_denial_racing_a_fill_is_a_sequential_answer() {
-    model(|| {
-        let (spec, limiter, clock, pre) = full_at_15();
+fn a_fast_denial_racing_a_fill_is_a_sequential_answer(new: NewLimiter) {
+    let (spec, limiter, clock, pre) = full_at_15(new);
 
-        let mover = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.set(Duration::from_nanos(35));
-                vec![check(&limiter)]
-            })
-        };
-        let checker = {
-            let limiter = limiter.clone();
-            thread::spawn(move || vec![check(&limiter)])
-        };
-        let a = mover.join().unwrap();
-        let b = checker.join().unwrap();
-        assert!(
-            linearizable(&spec, &pre, &a, &b),
-            "{pre:#?}\n{a:#?}\n{b:#?}"
-        );
-    });
+    let mover = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(35));
+            vec![check(&limiter)]
+        })
+    };
+    let checker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || vec![check(&limiter)])
+    };
+    let a = mover.join().unwrap();
+    let b = checker.join().unwrap();
+    assert!(
+        linearizable(&spec, &pre, &a, &b),
+        "{pre:#?}\n{a:#?}\n{b:#?}"
+    );
+}
+
+#[test]
+fn a_fast_denial_racing_a_fill_is_a_sequential_answer_direct() {
+    model(|| a_fast_denial_racing_a_fill_is_a_sequential_answer(Spec::limiter));
+}
+
+#[test]
+fn a_fast_denial_racing_a_fill_is_a_sequential_answer_keyed() {
+    model(|| a_fast_denial_racing_a_fill_is_a_sequential_answer(Spec::keyed_limiter));
 }

@@ -17,14 +17,23 @@
 // if a late helper overwrote a newer bucket (the ring then reads as torn for ever: loom
 // reports the livelock as "exceeded maximum number of branches"), or if a read accepted a
 // `cum` that includes an admission judged in a bucket newer than the one it judges.
+//
+// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
+// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
+// oracles check both stores' rings.
+//
+// Checked in scratch builds: without the `front` re-check in `Ring::fill`, the late
+// helper's model fails on both (the livelock); with a helper that finds a slot established
+// keeping its own, older snapshot for the next slots (no longer monotone), the model of
+// helpers with different totals fails on both.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
 use loom_tests::{
-    Event, Limiter, Op, Spec, assert_explained, assert_final, assert_strict_safe, charged, finals,
-    model, run,
+    Event, Limiter, NewLimiter, Op, Spec, assert_explained, assert_final, assert_strict_safe,
+    charged, finals, model, run,
 };
 use slidegate::Mode;
 use slidegate::clock::ManualClock;
@@ -43,9 +52,9 @@ fn settle(spec: &Spec, limiter: &Limiter, pre: &[Event], racing: &[Event], final
 
 /// N = 2 buckets of 10 ns, L = 3; one unit at t = 5 and one at t = 15, so `front` is bucket
 /// 1 and the ring holds real snapshots. Returns the limiter, its clock and those calls.
-fn two_buckets_in() -> (Spec, Limiter, ManualClock, Vec<Event>) {
+fn two_buckets_in(new: NewLimiter) -> (Spec, Limiter, ManualClock, Vec<Event>) {
     let spec = Spec::strict(3, 2, 10);
-    let (limiter, clock) = spec.limiter();
+    let (limiter, clock) = new(&spec);
     clock.set(Duration::from_nanos(5));
     let mut pre = vec![run(&limiter, 0, Op::Check(1))];
     clock.set(Duration::from_nanos(15));
@@ -57,49 +66,63 @@ fn two_buckets_in() -> (Spec, Limiter, ManualClock, Vec<Event>) {
 /// bucket 1), two threads check: both race to claim the fill, establish its three slots
 /// (each exactly once, with one snapshot) and publish `front`, and each one's admission
 /// races the other's fill.
-#[test]
-fn two_first_seers_race_one_reset_fill() {
-    model(|| {
-        let (spec, limiter, clock, pre) = two_buckets_in();
-        clock.set(Duration::from_nanos(45));
-        let seers: Vec<_> = (1..=2)
-            .map(|t| {
-                let limiter = limiter.clone();
-                thread::spawn(move || run(&limiter, t, Op::Check(1)))
-            })
-            .collect();
-        let racing: Vec<Event> = seers.into_iter().map(|h| h.join().unwrap()).collect();
-        assert_eq!(charged(&racing), 2, "{racing:#?}");
+fn two_first_seers_race_one_reset_fill(new: NewLimiter) {
+    let (spec, limiter, clock, pre) = two_buckets_in(new);
+    clock.set(Duration::from_nanos(45));
+    let seers: Vec<_> = (1..=2)
+        .map(|t| {
+            let limiter = limiter.clone();
+            thread::spawn(move || run(&limiter, t, Op::Check(1)))
+        })
+        .collect();
+    let racing: Vec<Event> = seers.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(charged(&racing), 2, "{racing:#?}");
 
-        let finals = finals(&limiter, &clock, &spec, 3);
-        settle(&spec, &limiter, &pre, &racing, &finals);
-    });
+    let finals = finals(&limiter, &clock, &spec, 3);
+    settle(&spec, &limiter, &pre, &racing, &finals);
+}
+
+#[test]
+fn two_first_seers_race_one_reset_fill_direct() {
+    model(|| two_first_seers_race_one_reset_fill(Spec::limiter));
+}
+
+#[test]
+fn two_first_seers_race_one_reset_fill_keyed() {
+    model(|| two_first_seers_race_one_reset_fill(Spec::keyed_limiter));
 }
 
 /// An admission at the old bucket racing a reset fill. One thread sets the clock to 45 and
 /// checks (the reset fill); the other checks at 15 (an admission judged in bucket 1 whose
 /// compare-and-swap may land before or after the fill reads `cum`) or at 45 (a second
 /// first-seer).
-#[test]
-fn an_old_admission_races_a_reset_fill() {
-    model(|| {
-        let (spec, limiter, clock, pre) = two_buckets_in();
-        let mover = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.set(Duration::from_nanos(45));
-                run(&limiter, 1, Op::Check(1))
-            })
-        };
-        let other = {
-            let limiter = limiter.clone();
-            thread::spawn(move || run(&limiter, 2, Op::Check(1)))
-        };
-        let racing = vec![mover.join().unwrap(), other.join().unwrap()];
+fn an_old_admission_races_a_reset_fill(new: NewLimiter) {
+    let (spec, limiter, clock, pre) = two_buckets_in(new);
+    let mover = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(45));
+            run(&limiter, 1, Op::Check(1))
+        })
+    };
+    let other = {
+        let limiter = limiter.clone();
+        thread::spawn(move || run(&limiter, 2, Op::Check(1)))
+    };
+    let racing = vec![mover.join().unwrap(), other.join().unwrap()];
 
-        let finals = finals(&limiter, &clock, &spec, 3);
-        settle(&spec, &limiter, &pre, &racing, &finals);
-    });
+    let finals = finals(&limiter, &clock, &spec, 3);
+    settle(&spec, &limiter, &pre, &racing, &finals);
+}
+
+#[test]
+fn an_old_admission_races_a_reset_fill_direct() {
+    model(|| an_old_admission_races_a_reset_fill(Spec::limiter));
+}
+
+#[test]
+fn an_old_admission_races_a_reset_fill_keyed() {
+    model(|| an_old_admission_races_a_reset_fill(Spec::keyed_limiter));
 }
 
 /// Helpers of one reset fill whose `cum` readings differ keep the snapshots monotone. One
@@ -108,32 +131,39 @@ fn an_old_admission_races_a_reset_fill() {
 /// filler read `cum`), then at 45 (helping the same fill with the newer `cum`). Whichever
 /// helper establishes which of the three slots, a later slot never gets an older snapshot:
 /// else the bucket-1 admission would leave the window at bucket 4 and come back at bucket 5.
-#[test]
-fn helpers_with_different_totals_keep_snapshots_monotone() {
-    model(|| {
-        let (spec, limiter, clock, pre) = two_buckets_in();
-        let mover = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.set(Duration::from_nanos(45));
-                vec![run(&limiter, 1, Op::Check(1))]
-            })
-        };
-        let twice = {
-            let limiter = limiter.clone();
-            thread::spawn(move || {
-                vec![
-                    run(&limiter, 2, Op::Check(1)),
-                    run(&limiter, 2, Op::Check(1)),
-                ]
-            })
-        };
-        let mut racing = mover.join().unwrap();
-        racing.extend(twice.join().unwrap());
+fn helpers_with_different_totals_keep_snapshots_monotone(new: NewLimiter) {
+    let (spec, limiter, clock, pre) = two_buckets_in(new);
+    let mover = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(45));
+            vec![run(&limiter, 1, Op::Check(1))]
+        })
+    };
+    let twice = {
+        let limiter = limiter.clone();
+        thread::spawn(move || {
+            vec![
+                run(&limiter, 2, Op::Check(1)),
+                run(&limiter, 2, Op::Check(1)),
+            ]
+        })
+    };
+    let mut racing = mover.join().unwrap();
+    racing.extend(twice.join().unwrap());
 
-        let finals = finals(&limiter, &clock, &spec, 3);
-        settle(&spec, &limiter, &pre, &racing, &finals);
-    });
+    let finals = finals(&limiter, &clock, &spec, 3);
+    settle(&spec, &limiter, &pre, &racing, &finals);
+}
+
+#[test]
+fn helpers_with_different_totals_keep_snapshots_monotone_direct() {
+    model(|| helpers_with_different_totals_keep_snapshots_monotone(Spec::limiter));
+}
+
+#[test]
+fn helpers_with_different_totals_keep_snapshots_monotone_keyed() {
+    model(|| helpers_with_different_totals_keep_snapshots_monotone(Spec::keyed_limiter));
 }
 
 /// A helper that wakes up after its fill is over. N = 1 (W = G = 10 ns), L = 2; one unit at
@@ -141,33 +171,40 @@ fn helpers_with_different_totals_keep_snapshots_monotone() {
 /// 1); thread 2 checks, sets the clock to 35 and checks again: a reset fill (jump of 2 > N)
 /// that reuses the slot of bucket 1. If thread 1 stalled inside the first fill, it resumes
 /// after both and must write nothing.
+fn a_late_helper_after_a_reset_fill_writes_nothing(new: NewLimiter) {
+    let spec = Spec::strict(2, 1, 10);
+    let (limiter, clock) = new(&spec);
+    clock.set(Duration::from_nanos(5));
+    let pre = vec![run(&limiter, 0, Op::Check(1))];
+    clock.set(Duration::from_nanos(15));
+
+    let first = {
+        let limiter = limiter.clone();
+        thread::spawn(move || vec![run(&limiter, 1, Op::Check(1))])
+    };
+    let second = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            let a = run(&limiter, 2, Op::Check(1));
+            clock.set(Duration::from_nanos(35));
+            vec![a, run(&limiter, 2, Op::Check(1))]
+        })
+    };
+    let mut racing = first.join().unwrap();
+    racing.extend(second.join().unwrap());
+
+    let finals = finals(&limiter, &clock, &spec, 2);
+    settle(&spec, &limiter, &pre, &racing, &finals);
+}
+
 #[test]
-fn a_late_helper_after_a_reset_fill_writes_nothing() {
-    model(|| {
-        let spec = Spec::strict(2, 1, 10);
-        let (limiter, clock) = spec.limiter();
-        clock.set(Duration::from_nanos(5));
-        let pre = vec![run(&limiter, 0, Op::Check(1))];
-        clock.set(Duration::from_nanos(15));
+fn a_late_helper_after_a_reset_fill_writes_nothing_direct() {
+    model(|| a_late_helper_after_a_reset_fill_writes_nothing(Spec::limiter));
+}
 
-        let first = {
-            let limiter = limiter.clone();
-            thread::spawn(move || vec![run(&limiter, 1, Op::Check(1))])
-        };
-        let second = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                let a = run(&limiter, 2, Op::Check(1));
-                clock.set(Duration::from_nanos(35));
-                vec![a, run(&limiter, 2, Op::Check(1))]
-            })
-        };
-        let mut racing = first.join().unwrap();
-        racing.extend(second.join().unwrap());
-
-        let finals = finals(&limiter, &clock, &spec, 2);
-        settle(&spec, &limiter, &pre, &racing, &finals);
-    });
+#[test]
+fn a_late_helper_after_a_reset_fill_writes_nothing_keyed() {
+    model(|| a_late_helper_after_a_reset_fill_writes_nothing(Spec::keyed_limiter));
 }
 
 /// A Weighted peek racing the fill and admission of the bucket after `front`. N = 1 (W = G =
@@ -175,61 +212,75 @@ fn a_late_helper_after_a_reset_fill_writes_nothing() {
 /// for 2 (fill to bucket 1; admitted: 2 + ⌈2·5/10⌉ = 3); another peeks. The peek must report
 /// 2 (before the admission) or 0 (after): an admission judged in bucket 1 counted as if in the
 /// oldest bucket would show as 1.
+fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window(new: NewLimiter) {
+    let spec = Spec {
+        mode: Mode::Weighted,
+        ..Spec::strict(3, 1, 10)
+    };
+    let (limiter, clock) = new(&spec);
+    let pre = vec![run(&limiter, 0, Op::Check(2))];
+    clock.set(Duration::from_nanos(15));
+
+    let checker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || vec![run(&limiter, 1, Op::Check(2))])
+    };
+    let peeker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || vec![run(&limiter, 2, Op::Peek)])
+    };
+    let mut racing = checker.join().unwrap();
+    racing.extend(peeker.join().unwrap());
+    assert!(racing[0].decision.is_allowed(), "{racing:#?}");
+
+    let finals = finals(&limiter, &clock, &spec, 2);
+    settle(&spec, &limiter, &pre, &racing, &finals);
+}
+
 #[test]
-fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window() {
-    model(|| {
-        let spec = Spec {
-            mode: Mode::Weighted,
-            ..Spec::strict(3, 1, 10)
-        };
-        let (limiter, clock) = spec.limiter();
-        let pre = vec![run(&limiter, 0, Op::Check(2))];
-        clock.set(Duration::from_nanos(15));
+fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window_direct() {
+    model(|| a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window(Spec::limiter));
+}
 
-        let checker = {
-            let limiter = limiter.clone();
-            thread::spawn(move || vec![run(&limiter, 1, Op::Check(2))])
-        };
-        let peeker = {
-            let limiter = limiter.clone();
-            thread::spawn(move || vec![run(&limiter, 2, Op::Peek)])
-        };
-        let mut racing = checker.join().unwrap();
-        racing.extend(peeker.join().unwrap());
-        assert!(racing[0].decision.is_allowed(), "{racing:#?}");
-
-        let finals = finals(&limiter, &clock, &spec, 2);
-        settle(&spec, &limiter, &pre, &racing, &finals);
-    });
+#[test]
+fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window_keyed() {
+    model(|| a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window(Spec::keyed_limiter));
 }
 
 /// A peek whose reading is a bucket behind a concurrent admission. N = 1 (W = G = 10 ns),
 /// L = 2; one unit at t = 5. One thread peeks (reading t = 5, or 15); another sets the clock
 /// to 15 and checks (fill to bucket 1, admitted). A peek judged at t = 5 must not count the
 /// unit judged at t = 15: it reports 1, never 0.
+fn a_peek_behind_a_concurrent_admission_does_not_count_it(new: NewLimiter) {
+    let spec = Spec::strict(2, 1, 10);
+    let (limiter, clock) = new(&spec);
+    clock.set(Duration::from_nanos(5));
+    let pre = vec![run(&limiter, 0, Op::Check(1))];
+
+    let peeker = {
+        let limiter = limiter.clone();
+        thread::spawn(move || vec![run(&limiter, 1, Op::Peek)])
+    };
+    let mover = {
+        let (limiter, clock) = (limiter.clone(), clock.clone());
+        thread::spawn(move || {
+            clock.set(Duration::from_nanos(15));
+            vec![run(&limiter, 2, Op::Check(1))]
+        })
+    };
+    let mut racing = peeker.join().unwrap();
+    racing.extend(mover.join().unwrap());
+
+    let finals = finals(&limiter, &clock, &spec, 2);
+    settle(&spec, &limiter, &pre, &racing, &finals);
+}
+
 #[test]
-fn a_peek_behind_a_concurrent_admission_does_not_count_it() {
-    model(|| {
-        let spec = Spec::strict(2, 1, 10);
-        let (limiter, clock) = spec.limiter();
-        clock.set(Duration::from_nanos(5));
-        let pre = vec![run(&limiter, 0, Op::Check(1))];
+fn a_peek_behind_a_concurrent_admission_does_not_count_it_direct() {
+    model(|| a_peek_behind_a_concurrent_admission_does_not_count_it(Spec::limiter));
+}
 
-        let peeker = {
-            let limiter = limiter.clone();
-            thread::spawn(move || vec![run(&limiter, 1, Op::Peek)])
-        };
-        let mover = {
-            let (limiter, clock) = (limiter.clone(), clock.clone());
-            thread::spawn(move || {
-                clock.set(Duration::from_nanos(15));
-                vec![run(&limiter, 2, Op::Check(1))]
-            })
-        };
-        let mut racing = peeker.join().unwrap();
-        racing.extend(mover.join().unwrap());
-
-        let finals = finals(&limiter, &clock, &spec, 2);
-        settle(&spec, &limiter, &pre, &racing, &finals);
-    });
+#[test]
+fn a_peek_behind_a_concurrent_admission_does_not_count_it_keyed() {
+    model(|| a_peek_behind_a_concurrent_admission_does_not_count_it(Spec::keyed_limiter));
 }

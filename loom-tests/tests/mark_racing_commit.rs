@@ -36,7 +36,7 @@ fn a_committed_reservation_is_seen_with_its_mark() {
         let multi = {
             let limiter = limiter.clone();
             thread::spawn(move || {
-                let d = check_all(&[(&*limiter, 1)]).expect("a valid cost");
+                let d = check_all(&[(limiter.direct(), 1)]).expect("a valid cost");
                 // The reservation's judgement read the clock last.
                 (d.is_allowed(), last_reading())
             })

@@ -1,8 +1,8 @@
 // Ring refunds — a refund racing a fill and a check (Strict).
 //
 // Proves the refund protocol of the snapshot ring (`window/ring.rs`, "Refunds") through
-// `SlidingWindow::refund`: a Strict limiter, L = 2, N = 1 bucket of 10 ns, holds 2 units
-// admitted at t = 5 (bucket 0). Thread A refunds 1 at whatever the clock reads (5 or 15);
+// `refund`: a Strict limiter, L = 2, N = 1 bucket of 10 ns, holds 2 units admitted at t = 5
+// (bucket 0). Thread A refunds 1 at whatever the clock reads (5 or 15);
 // thread B moves the clock to 15 (so its check fills bucket 1 while the refund raises
 // snapshots) and checks 1. On every interleaving:
 // - the refund frees exactly 1, and `admitted_total()` is exactly 2 plus B's admission
@@ -19,34 +19,47 @@
 // reads garbage), if the raise went oldest first (a reader between the two raises sees a
 // newer snapshot below an older one), or if a refund subtracted from the count (a check's
 // CAS racing it is lost or the count goes back).
+//
+// The model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
+// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
+// oracle checks both stores' rings.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{RingEvent, RingOp, Spec, assert_refunds_explained, finals, model, run_ring};
+use loom_tests::{
+    NewLimiter, RingEvent, RingOp, Spec, assert_refunds_explained, finals, model, run_ring,
+};
+
+fn refund_racing_a_fill_and_a_check(new: NewLimiter) {
+    let spec = Spec::strict(2, 1, 10);
+    let (limiter, clock) = new(&spec);
+    clock.set(Duration::from_nanos(5));
+    assert!(limiter.check_n(2).unwrap().is_allowed());
+
+    let refunder = {
+        let limiter = limiter.clone();
+        thread::spawn(move || run_ring(&limiter, 0, RingOp::Refund(1)))
+    };
+    clock.set(Duration::from_nanos(15));
+    let b = run_ring(&limiter, 1, RingOp::Check(1));
+    let a = refunder.join().unwrap();
+    let racing: Vec<RingEvent> = vec![a, b];
+
+    assert_eq!(a.freed, 1, "{racing:#?}");
+    assert_eq!(limiter.admitted_total(), 2 + b.charged(), "{racing:#?}");
+    // Peeks at 15, 25 and 35 ns.
+    let finals = finals(&limiter, &clock, &spec, 2);
+    assert_refunds_explained(&spec, &[(0, 2)], &racing, &finals);
+}
 
 #[test]
-fn refund_racing_a_fill_and_a_check() {
-    model(|| {
-        let spec = Spec::strict(2, 1, 10);
-        let (limiter, clock) = spec.limiter();
-        clock.set(Duration::from_nanos(5));
-        assert!(limiter.check_n(2).unwrap().is_allowed());
+fn refund_racing_a_fill_and_a_check_direct() {
+    model(|| refund_racing_a_fill_and_a_check(Spec::limiter));
+}
 
-        let refunder = {
-            let limiter = limiter.clone();
-            thread::spawn(move || run_ring(&limiter, 0, RingOp::Refund(1)))
-        };
-        clock.set(Duration::from_nanos(15));
-        let b = run_ring(&limiter, 1, RingOp::Check(1));
-        let a = refunder.join().unwrap();
-        let racing: Vec<RingEvent> = vec![a, b];
-
-        assert_eq!(a.freed, 1, "{racing:#?}");
-        assert_eq!(limiter.admitted_total(), 2 + b.charged(), "{racing:#?}");
-        // Peeks at 15, 25 and 35 ns.
-        let finals = finals(&limiter, &clock, &spec, 2);
-        assert_refunds_explained(&spec, &[(0, 2)], &racing, &finals);
-    });
+#[test]
+fn refund_racing_a_fill_and_a_check_keyed() {
+    model(|| refund_racing_a_fill_and_a_check(Spec::keyed_limiter));
 }

@@ -22,16 +22,20 @@
 // losing refund (a check at 25 by B), that refund reports its whole planned raise,
 // including a unit B's refund took: the two over-report by one, the limiter is one unit
 // stricter than reported, never looser.
+//
+// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
+// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
+// oracles check both stores' rings.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{RingOp, Spec, assert_refunds_explained, finals, model, run_ring};
+use loom_tests::{NewLimiter, RingOp, Spec, assert_refunds_explained, finals, model, run_ring};
 use slidegate::Mode;
 
-fn scenario(spec: Spec) {
-    let (limiter, clock) = spec.limiter();
+fn scenario(new: NewLimiter, spec: Spec) {
+    let (limiter, clock) = new(&spec);
     clock.set(Duration::from_nanos(5));
     assert!(limiter.check_n(1).unwrap().is_allowed());
     clock.set(Duration::from_nanos(15));
@@ -70,17 +74,33 @@ fn scenario(spec: Spec) {
     }
 }
 
-#[test]
-fn refund_racing_refund_across_a_bucket_strict() {
-    model(|| scenario(Spec::strict(10, 1, 10)));
+fn strict() -> Spec {
+    Spec::strict(10, 1, 10)
+}
+
+fn weighted() -> Spec {
+    Spec {
+        mode: Mode::Weighted,
+        ..strict()
+    }
 }
 
 #[test]
-fn refund_racing_refund_across_a_bucket_weighted() {
-    model(|| {
-        scenario(Spec {
-            mode: Mode::Weighted,
-            ..Spec::strict(10, 1, 10)
-        })
-    });
+fn refund_racing_refund_across_a_bucket_strict_direct() {
+    model(|| scenario(Spec::limiter, strict()));
+}
+
+#[test]
+fn refund_racing_refund_across_a_bucket_strict_keyed() {
+    model(|| scenario(Spec::keyed_limiter, strict()));
+}
+
+#[test]
+fn refund_racing_refund_across_a_bucket_weighted_direct() {
+    model(|| scenario(Spec::limiter, weighted()));
+}
+
+#[test]
+fn refund_racing_refund_across_a_bucket_weighted_keyed() {
+    model(|| scenario(Spec::keyed_limiter, weighted()));
 }

@@ -15,6 +15,11 @@
 // as empty: over-admission at the old time), if a snapshot were taken from a `cum` that
 // misses an admission judged at its bucket, if admission were not one compare-and-swap from
 // the total judged, or if a retry judged with a stale total.
+//
+// On the direct limiter only: on one key of a keyed limiter (`Spec::keyed_limiter`) the two
+// models take 63 s and 111 s, each run alone in `--release` on two cores (the first explores
+// 525 408 interleavings, against 168 525 on the direct limiter); `fill` and `denial` run the
+// keyed ring through fills, resets and rotations.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
