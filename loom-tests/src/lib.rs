@@ -7,7 +7,8 @@
 //! - `keyed` and `FixedHasher`: a keyed limiter whose hashing loom can replay.
 //! - `RecordingClock`: a `ManualClock` that remembers, per loom thread, the last reading it
 //!   gave; `effective_times` derives from a decision whether the call judged at that reading
-//!   or at the start of a newer bucket.
+//!   or at the start of a newer bucket; `RecordingClock::read_at_most` makes one thread's
+//!   clock lag behind the others'.
 //! - `Limiter`: what the ring models drive, a direct limiter (`Spec::limiter`) or one key of
 //!   a keyed limiter (`Spec::keyed_limiter`); a model written over `NewLimiter` runs on both.
 //!   A keyed model that fails aborts its test binary after loom's report (unwinding drops

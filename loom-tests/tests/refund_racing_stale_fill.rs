@@ -20,20 +20,25 @@
 // (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
 // oracle checks both stores' rings.
 //
-// Without the barrier only the direct variant fails: its failing history has A's refund
-// read the clock at 5 after B set it to 15 (a stale reading), which the keyed calls' epoch
-// pins rule out under loom, where a pin's fence is a full one: if B's pin comes first in
-// their order A's refund reads 15, else B's fill reads the count with A's admission.
+// Without the barrier the direct variant fails: its failing history has A's refund read
+// the clock at 5 after B set it to 15 (a stale reading). The keyed calls' epoch pins rule
+// that reading out under loom, where a pin's fence is a full one (if B's pin comes first in
+// their order A's refund reads 15, else B's fill reads the count with A's admission), so
+// the plain keyed variant passes; a third, `_keyed_lagging`, has A's clock read at most 5
+// (`RecordingClock::read_at_most`: a thread whose clock lags) and fails as the direct one
+// does.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
 use loom_tests::{
-    NewLimiter, RingEvent, RingOp, Spec, assert_refunds_explained, finals, model, run_ring,
+    NewLimiter, RecordingClock, RingEvent, RingOp, Spec, assert_refunds_explained, finals, model,
+    run_ring,
 };
 
-fn refund_racing_a_fill_that_read_an_older_count(new: NewLimiter) {
+/// `a_lags`: thread A's clock reads at most 5 ns (see the header).
+fn refund_racing_a_fill_that_read_an_older_count(new: NewLimiter, a_lags: bool) {
     let spec = Spec::strict(3, 1, 10);
     let (limiter, clock) = new(&spec);
     clock.set(Duration::from_nanos(5));
@@ -42,6 +47,9 @@ fn refund_racing_a_fill_that_read_an_older_count(new: NewLimiter) {
     let a = {
         let limiter = limiter.clone();
         thread::spawn(move || {
+            if a_lags {
+                RecordingClock::read_at_most(5);
+            }
             [
                 run_ring(&limiter, 0, RingOp::Check(1)),
                 run_ring(&limiter, 0, RingOp::Refund(2)),
@@ -63,10 +71,15 @@ fn refund_racing_a_fill_that_read_an_older_count(new: NewLimiter) {
 
 #[test]
 fn refund_racing_a_fill_that_read_an_older_count_direct() {
-    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::limiter));
+    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::limiter, false));
 }
 
 #[test]
 fn refund_racing_a_fill_that_read_an_older_count_keyed() {
-    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::keyed_limiter));
+    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::keyed_limiter, false));
+}
+
+#[test]
+fn refund_racing_a_fill_that_read_an_older_count_keyed_lagging() {
+    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::keyed_limiter, true));
 }
