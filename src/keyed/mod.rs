@@ -33,7 +33,7 @@ use crate::quota::Quota;
 use crate::sync::epoch::{self, Guard};
 use crate::wait;
 use crate::window::counter;
-use crate::window::state::{Shape, State};
+use crate::window::state::{Shape, State, on_ring};
 
 use entry::Entry;
 use overrides::Overrides;
@@ -638,11 +638,10 @@ where
             };
             // The sliding-window counter's charge is called directly; the other algorithms
             // go through `acquire_other`, out of line so that this stays small.
-            let decided = match entry.state() {
-                State::Compact { ring, .. } => counter::charge(ring, &rule.counter, now, n),
-                State::Ring { ring, .. } => counter::charge(ring, &rule.counter, now, n),
+            let decided = on_ring!(entry.state(),
+                |_, ring| counter::charge(ring, &rule.counter, now, n),
                 _ => return self.acquire_other(key, hash, n, entry, rule, guard),
-            };
+            );
             match decided {
                 Some(decision) => return R::decided(decision),
                 // Retired: evicted (idle, so a fresh entry decides the same), forced out, or

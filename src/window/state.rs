@@ -261,6 +261,20 @@ pub(crate) enum State<'a> {
     Gcra { rule: GcraRule, cell: Gcra<'a> },
 }
 
+/// A `match` on a state whose counter arms, wide and compact, are one: `$ring` binds the
+/// ring and `$granularity` its granularity in `$counter`, written once for both encodings;
+/// the other algorithms' arms follow.
+macro_rules! on_ring {
+    ($state:expr, |$granularity:pat_param, $ring:ident| $counter:expr, $($other:tt)*) => {
+        match $state {
+            State::Ring { granularity: $granularity, ring: $ring } => $counter,
+            State::Compact { granularity: $granularity, ring: $ring } => $counter,
+            $($other)*
+        }
+    };
+}
+pub(crate) use on_ring;
+
 impl State<'_> {
     /// Whether this state has `shape`.
     #[inline]
@@ -305,18 +319,13 @@ impl State<'_> {
         n: u64,
         op: Op,
     ) -> Option<(Decision, u64)> {
-        match self {
-            State::Ring { ring, .. } => match op {
-                Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
-                Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
-            },
-            State::Compact { ring, .. } => match op {
+        on_ring!(self, |_, ring| match op {
                 Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
                 Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
             },
             State::Log { log, .. } => log.check(&rule.log, now, n, op).map(|d| (d, 0)),
             State::Gcra { cell, .. } => cell.check(&rule.gcra, now, n, op),
-        }
+        )
     }
 
     /// What a peek of cost `n` under `rule` decides on a fresh state at `now`, without
@@ -337,33 +346,27 @@ impl State<'_> {
     /// ticket is its commit's stamp, see `multi.rs`). `false` if the state was retired
     /// (forcibly) since; see `multi.rs` for what that means.
     pub(crate) fn commit(&self, n: u64, ticket: u64) -> bool {
-        match self {
-            // Strict with marks records the mark its ticket carries; other tickets are 0.
-            State::Ring { ring, .. } => ring.commit_marked(n, ticket),
-            // No marks: its tickets are 0.
-            State::Compact { ring, .. } => ring.commit(n),
+        on_ring!(self, |_, ring| ring.commit_marked(n, ticket),
+            // Strict with marks (wide slots) records the mark its ticket carries; other
+            // tickets are 0, and record nothing.
             State::Log { log, .. } => log.commit(n, || ticket),
             // A GCRA reservation is a charge already.
             State::Gcra { cell, .. } => !cell.is_retired(),
-        }
+        )
     }
 
     /// Gives back a reservation of `n` (made with `ticket`).
     pub(crate) fn release(&self, n: u64, ticket: u64, now: impl Fn() -> u64) {
-        match self {
-            State::Ring { ring, .. } => ring.release(n),
-            State::Compact { ring, .. } => ring.release(n),
+        on_ring!(self, |_, ring| ring.release(n),
             State::Log { log, .. } => log.release(n),
             State::Gcra { rule, cell } => cell.release(rule, n, ticket, &now),
-        }
+        )
     }
 
     /// Frees up to `n` units of room now (see `SlidingWindow::refund`); how many were freed,
     /// `None` if the state is retired.
     pub(crate) fn refund(&self, rule: &Rule, now: impl Fn() -> u64, n: u64) -> Option<u64> {
-        match self {
-            State::Ring { ring, .. } => counter::refund(*ring, &rule.counter, now, n),
-            State::Compact { ring, .. } => counter::refund(*ring, &rule.counter, now, n),
+        on_ring!(self, |_, ring| counter::refund(*ring, &rule.counter, now, n),
             State::Log { window, log } => {
                 let t = now();
                 (!log.is_retired()).then(|| log.refund(*window, t, n))
@@ -372,17 +375,15 @@ impl State<'_> {
                 let t = now();
                 (!cell.is_retired()).then(|| cell.refund(rule, t, n))
             }
-        }
+        )
     }
 
     /// Retires the state if it is indistinguishable from a fresh one at `now` and later.
     pub(crate) fn retire_idle(&self, now: u64) -> bool {
-        match self {
-            State::Ring { granularity, ring } => ring.retire_idle(*granularity, now),
-            State::Compact { granularity, ring } => ring.retire_idle(*granularity, now),
+        on_ring!(self, |granularity, ring| ring.retire_idle(*granularity, now),
             State::Log { window, log } => log.retire_idle(*window, now),
             State::Gcra { cell, .. } => cell.retire_idle(now),
-        }
+        )
     }
 
     /// Retires the state if it has been indistinguishable from a fresh one for at least one
@@ -390,66 +391,55 @@ impl State<'_> {
     /// in steady use is not evicted and re-inserted between two of its checks. Earlier than
     /// `now` is always safe to judge at: idle then means idle at `now` and after.
     pub(crate) fn retire_stale(&self, now: u64) -> bool {
-        let window = match self {
-            State::Ring { granularity, ring } => granularity.saturating_mul(ring.buckets()),
-            State::Compact { granularity, ring } => granularity.saturating_mul(ring.buckets()),
+        let window = on_ring!(self,
+            |granularity, ring| granularity.saturating_mul(ring.buckets()),
             State::Log { window, .. } => *window,
             State::Gcra { rule, .. } => rule.tolerance,
-        };
+        );
         now.checked_sub(window)
             .is_some_and(|then| self.retire_idle(then))
     }
 
     /// Retires the state whatever it holds.
     pub(crate) fn retire_now(&self) -> bool {
-        match self {
-            State::Ring { ring, .. } => ring.retire_now(),
-            State::Compact { ring, .. } => ring.retire_now(),
+        on_ring!(self, |_, ring| ring.retire_now(),
             State::Log { log, .. } => log.retire_now(),
             State::Gcra { cell, .. } => cell.retire_now(),
-        }
+        )
     }
 
     /// Whether the state is retired.
     pub(crate) fn is_retired(&self) -> bool {
-        match self {
-            State::Ring { ring, .. } => ring.is_retired(),
-            State::Compact { ring, .. } => ring.is_retired(),
+        on_ring!(self, |_, ring| ring.is_retired(),
             State::Log { log, .. } => log.is_retired(),
             State::Gcra { cell, .. } => cell.is_retired(),
-        }
+        )
     }
 
     /// Whether a `check_all` holds a reservation on the state, not yet committed or
     /// released: forcing it out would forget what that call is admitting. GCRA's reservation
     /// is its TAT moved ahead, which cannot be told from an admission: `false`.
     pub(crate) fn holds_reservation(&self) -> bool {
-        match self {
-            State::Ring { ring, .. } => ring.holds_reservation(),
-            State::Compact { ring, .. } => ring.holds_reservation(),
+        on_ring!(self, |_, ring| ring.holds_reservation(),
             State::Log { log, .. } => log.holds_reservation(),
             State::Gcra { .. } => false,
-        }
+        )
     }
 
     /// A recency (ns) for least-recently-used choices.
     pub(crate) fn last_active(&self) -> u64 {
-        match self {
-            State::Ring { granularity, ring } => ring.last_active(*granularity),
-            State::Compact { granularity, ring } => ring.last_active(*granularity),
+        on_ring!(self, |granularity, ring| ring.last_active(*granularity),
             State::Log { log, .. } => log.last_active(),
             State::Gcra { rule, cell } => cell.last_active(rule.tolerance),
-        }
+        )
     }
 
     /// The total cost ever admitted, wrapping at 2³², for tests (GCRA does not count: 0).
     pub(crate) fn admitted(&self) -> u64 {
-        match self {
-            State::Ring { ring, .. } => ring.admitted(),
-            State::Compact { ring, .. } => ring.admitted(),
+        on_ring!(self, |_, ring| ring.admitted(),
             State::Log { log, .. } => log.admitted(),
             State::Gcra { .. } => 0,
-        }
+        )
     }
 }
 
