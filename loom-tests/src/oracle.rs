@@ -34,6 +34,35 @@ where
     tracing::subscriber::with_default(subscriber, || builder.check(f));
 }
 
+/// A ring model run as two tests, one per store of a ring: `$test::direct` on a
+/// `SlidingWindow` and `$test::keyed` on one key of a `KeyedLimiter` (whose small quotas keep
+/// compact slots). Each calls `$body(new, $args…)` inside [`model`], `new` being
+/// [`Spec::limiter`] or [`Spec::keyed_limiter`]. Items are `$test: $body($args…);`, or
+/// `$body($args…);` for tests named after their body.
+#[macro_export]
+macro_rules! on_both_limiters {
+    () => {};
+    ($test:ident: $body:ident($($arg:expr),*); $($rest:tt)*) => {
+        mod $test {
+            use super::*;
+
+            #[test]
+            fn direct() {
+                $crate::model(|| $body($crate::Spec::limiter $(, $arg)*));
+            }
+
+            #[test]
+            fn keyed() {
+                $crate::model(|| $body($crate::Spec::keyed_limiter $(, $arg)*));
+            }
+        }
+        $crate::on_both_limiters!($($rest)*);
+    };
+    ($body:ident($($arg:expr),*); $($rest:tt)*) => {
+        $crate::on_both_limiters!($body: $body($($arg),*); $($rest)*);
+    };
+}
+
 loom::thread_local! {
     static LAST_READING: Cell<Option<u64>> = Cell::new(None);
     static READS_AT_MOST: Cell<Option<u64>> = Cell::new(None);

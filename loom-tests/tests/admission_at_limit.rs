@@ -8,14 +8,15 @@
 // judged (a lost update, a double admission), if a lost CAS were not re-judged against the
 // new total, or if `remaining` were computed from anything but the reading that was charged.
 //
-// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracles check both stores' rings.
-// On the keyed limiter the racing checks are also the key's first: they make its entry.
+// Each model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracles check both stores' rings. On the keyed limiter the racing checks are
+// also the key's first: they make its entry.
 #![cfg(slidegate_loom)]
 
 use loom::thread;
-use loom_tests::{Event, NewLimiter, Op, Spec, assert_linearizable, charged, model, run};
+use loom_tests::on_both_limiters;
+use loom_tests::{Event, NewLimiter, Op, Spec, assert_linearizable, charged, run};
 
 fn race(new: NewLimiter, spec: Spec, costs: &'static [u64]) -> (Vec<Event>, u64) {
     let (limiter, _clock) = new(&spec);
@@ -56,16 +57,6 @@ fn three_checks_race_for_a_limit_of_two(new: NewLimiter) {
     assert_eq!(left, 0);
 }
 
-#[test]
-fn three_checks_race_for_a_limit_of_two_direct() {
-    model(|| three_checks_race_for_a_limit_of_two(Spec::limiter));
-}
-
-#[test]
-fn three_checks_race_for_a_limit_of_two_keyed() {
-    model(|| three_checks_race_for_a_limit_of_two(Spec::keyed_limiter));
-}
-
 /// Limit 3, costs 2, 2 and 1 at the same instant (`check_n`): whatever the order, 3 is
 /// admitted and exactly one cost-2 request is denied.
 fn weighted_costs_race_for_a_limit_of_three(new: NewLimiter) {
@@ -77,12 +68,7 @@ fn weighted_costs_race_for_a_limit_of_three(new: NewLimiter) {
     assert_eq!(left, 0);
 }
 
-#[test]
-fn weighted_costs_race_for_a_limit_of_three_direct() {
-    model(|| weighted_costs_race_for_a_limit_of_three(Spec::limiter));
-}
-
-#[test]
-fn weighted_costs_race_for_a_limit_of_three_keyed() {
-    model(|| weighted_costs_race_for_a_limit_of_three(Spec::keyed_limiter));
+on_both_limiters! {
+    three_checks_race_for_a_limit_of_two();
+    weighted_costs_race_for_a_limit_of_three();
 }

@@ -10,18 +10,19 @@
 // the charge: no sequential order explains it), if a denial or a peek left any cost behind,
 // or if a lost compare-and-swap were retried without judging again.
 //
-// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracles check both stores' rings.
-// On the keyed limiter the first model's racing checks also make the key's entry.
+// Each model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracles check both stores' rings. On the keyed limiter the first model's
+// racing checks also make the key's entry.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::on_both_limiters;
 use loom_tests::{
     Event, NewLimiter, Op, Spec, assert_explained, assert_final, assert_linearizable,
-    assert_strict_safe, charged, model, run,
+    assert_strict_safe, charged, run,
 };
 
 /// L = 3 at one instant: two threads ask for 2 each (one must be denied) while a third peeks
@@ -54,16 +55,6 @@ fn a_denial_racing_an_admission_and_peeks_leaves_no_trace(new: NewLimiter) {
     assert_linearizable(&spec, 0, &events);
     assert_eq!(limiter.peek().remaining(), 1);
     assert_eq!(limiter.admitted_total(), 2, "peek charged");
-}
-
-#[test]
-fn a_denial_racing_an_admission_and_peeks_leaves_no_trace_direct() {
-    model(|| a_denial_racing_an_admission_and_peeks_leaves_no_trace(Spec::limiter));
-}
-
-#[test]
-fn a_denial_racing_an_admission_and_peeks_leaves_no_trace_keyed() {
-    model(|| a_denial_racing_an_admission_and_peeks_leaves_no_trace(Spec::keyed_limiter));
 }
 
 /// N = 1 (W = G = 10 ns), L = 3, full at t = 5. One thread moves the clock to 25 (the full
@@ -101,12 +92,7 @@ fn a_denial_racing_rotation_and_an_admission_leaves_no_trace(new: NewLimiter) {
     assert_final(&spec, &pre, &racing, &finals);
 }
 
-#[test]
-fn a_denial_racing_rotation_and_an_admission_leaves_no_trace_direct() {
-    model(|| a_denial_racing_rotation_and_an_admission_leaves_no_trace(Spec::limiter));
-}
-
-#[test]
-fn a_denial_racing_rotation_and_an_admission_leaves_no_trace_keyed() {
-    model(|| a_denial_racing_rotation_and_an_admission_leaves_no_trace(Spec::keyed_limiter));
+on_both_limiters! {
+    a_denial_racing_an_admission_and_peeks_leaves_no_trace();
+    a_denial_racing_rotation_and_an_admission_leaves_no_trace();
 }

@@ -14,15 +14,16 @@
 // reported a bucket early): with that check removed from `Fast::rest_at` the fill model
 // fails, while `denial`, `rotation` and `admission_at_limit` still pass.
 //
-// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracles check both stores' rings.
+// Each model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracles check both stores' rings.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{Limiter, NewLimiter, Op, Spec, last_reading, model, run};
+use loom_tests::on_both_limiters;
+use loom_tests::{Limiter, NewLimiter, Op, Spec, last_reading, run};
 use slidegate::clock::ManualClock;
 use slidegate::{Decision, Quota, SlidingWindow};
 
@@ -136,16 +137,6 @@ fn a_fast_denial_racing_a_refund_is_a_sequential_answer(new: NewLimiter) {
     );
 }
 
-#[test]
-fn a_fast_denial_racing_a_refund_is_a_sequential_answer_direct() {
-    model(|| a_fast_denial_racing_a_refund_is_a_sequential_answer(Spec::limiter));
-}
-
-#[test]
-fn a_fast_denial_racing_a_refund_is_a_sequential_answer_keyed() {
-    model(|| a_fast_denial_racing_a_refund_is_a_sequential_answer(Spec::keyed_limiter));
-}
-
 /// N = 1, L = 2, full at t = 15 as above. Thread A moves the clock to 35 and checks (a fill
 /// of buckets 2 and 3 recycles both slots); thread B checks, at 15 or 35.
 fn a_fast_denial_racing_a_fill_is_a_sequential_answer(new: NewLimiter) {
@@ -170,12 +161,7 @@ fn a_fast_denial_racing_a_fill_is_a_sequential_answer(new: NewLimiter) {
     );
 }
 
-#[test]
-fn a_fast_denial_racing_a_fill_is_a_sequential_answer_direct() {
-    model(|| a_fast_denial_racing_a_fill_is_a_sequential_answer(Spec::limiter));
-}
-
-#[test]
-fn a_fast_denial_racing_a_fill_is_a_sequential_answer_keyed() {
-    model(|| a_fast_denial_racing_a_fill_is_a_sequential_answer(Spec::keyed_limiter));
+on_both_limiters! {
+    a_fast_denial_racing_a_refund_is_a_sequential_answer();
+    a_fast_denial_racing_a_fill_is_a_sequential_answer();
 }

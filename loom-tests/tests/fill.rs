@@ -18,9 +18,9 @@
 // reports the livelock as "exceeded maximum number of branches"), or if a read accepted a
 // `cum` that includes an admission judged in a bucket newer than the one it judges.
 //
-// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracles check both stores' rings.
+// Each model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracles check both stores' rings.
 //
 // Checked in scratch builds: without the `front` re-check in `Ring::fill`, the late
 // helper's model fails on both (the livelock); with a helper that finds a slot established
@@ -31,9 +31,10 @@
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::on_both_limiters;
 use loom_tests::{
     Event, Limiter, NewLimiter, Op, Spec, assert_explained, assert_final, assert_strict_safe,
-    charged, finals, model, run,
+    charged, finals, run,
 };
 use slidegate::Mode;
 use slidegate::clock::ManualClock;
@@ -82,16 +83,6 @@ fn two_first_seers_race_one_reset_fill(new: NewLimiter) {
     settle(&spec, &limiter, &pre, &racing, &finals);
 }
 
-#[test]
-fn two_first_seers_race_one_reset_fill_direct() {
-    model(|| two_first_seers_race_one_reset_fill(Spec::limiter));
-}
-
-#[test]
-fn two_first_seers_race_one_reset_fill_keyed() {
-    model(|| two_first_seers_race_one_reset_fill(Spec::keyed_limiter));
-}
-
 /// An admission at the old bucket racing a reset fill. One thread sets the clock to 45 and
 /// checks (the reset fill); the other checks at 15 (an admission judged in bucket 1 whose
 /// compare-and-swap may land before or after the fill reads `cum`) or at 45 (a second
@@ -113,16 +104,6 @@ fn an_old_admission_races_a_reset_fill(new: NewLimiter) {
 
     let finals = finals(&limiter, &clock, &spec, 3);
     settle(&spec, &limiter, &pre, &racing, &finals);
-}
-
-#[test]
-fn an_old_admission_races_a_reset_fill_direct() {
-    model(|| an_old_admission_races_a_reset_fill(Spec::limiter));
-}
-
-#[test]
-fn an_old_admission_races_a_reset_fill_keyed() {
-    model(|| an_old_admission_races_a_reset_fill(Spec::keyed_limiter));
 }
 
 /// Helpers of one reset fill whose `cum` readings differ keep the snapshots monotone. One
@@ -156,16 +137,6 @@ fn helpers_with_different_totals_keep_snapshots_monotone(new: NewLimiter) {
     settle(&spec, &limiter, &pre, &racing, &finals);
 }
 
-#[test]
-fn helpers_with_different_totals_keep_snapshots_monotone_direct() {
-    model(|| helpers_with_different_totals_keep_snapshots_monotone(Spec::limiter));
-}
-
-#[test]
-fn helpers_with_different_totals_keep_snapshots_monotone_keyed() {
-    model(|| helpers_with_different_totals_keep_snapshots_monotone(Spec::keyed_limiter));
-}
-
 /// A helper that wakes up after its fill is over. N = 1 (W = G = 10 ns), L = 2; one unit at
 /// t = 5, the clock at 15 (bucket 1). Thread 1 checks (claiming or helping the fill to bucket
 /// 1); thread 2 checks, sets the clock to 35 and checks again: a reset fill (jump of 2 > N)
@@ -195,16 +166,6 @@ fn a_late_helper_after_a_reset_fill_writes_nothing(new: NewLimiter) {
 
     let finals = finals(&limiter, &clock, &spec, 2);
     settle(&spec, &limiter, &pre, &racing, &finals);
-}
-
-#[test]
-fn a_late_helper_after_a_reset_fill_writes_nothing_direct() {
-    model(|| a_late_helper_after_a_reset_fill_writes_nothing(Spec::limiter));
-}
-
-#[test]
-fn a_late_helper_after_a_reset_fill_writes_nothing_keyed() {
-    model(|| a_late_helper_after_a_reset_fill_writes_nothing(Spec::keyed_limiter));
 }
 
 /// A Weighted peek racing the fill and admission of the bucket after `front`. N = 1 (W = G =
@@ -237,16 +198,6 @@ fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window(new: NewLimit
     settle(&spec, &limiter, &pre, &racing, &finals);
 }
 
-#[test]
-fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window_direct() {
-    model(|| a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window(Spec::limiter));
-}
-
-#[test]
-fn a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window_keyed() {
-    model(|| a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window(Spec::keyed_limiter));
-}
-
 /// A peek whose reading is a bucket behind a concurrent admission. N = 1 (W = G = 10 ns),
 /// L = 2; one unit at t = 5. One thread peeks (reading t = 5, or 15); another sets the clock
 /// to 15 and checks (fill to bucket 1, admitted). A peek judged at t = 5 must not count the
@@ -275,12 +226,11 @@ fn a_peek_behind_a_concurrent_admission_does_not_count_it(new: NewLimiter) {
     settle(&spec, &limiter, &pre, &racing, &finals);
 }
 
-#[test]
-fn a_peek_behind_a_concurrent_admission_does_not_count_it_direct() {
-    model(|| a_peek_behind_a_concurrent_admission_does_not_count_it(Spec::limiter));
-}
-
-#[test]
-fn a_peek_behind_a_concurrent_admission_does_not_count_it_keyed() {
-    model(|| a_peek_behind_a_concurrent_admission_does_not_count_it(Spec::keyed_limiter));
+on_both_limiters! {
+    two_first_seers_race_one_reset_fill();
+    an_old_admission_races_a_reset_fill();
+    helpers_with_different_totals_keep_snapshots_monotone();
+    a_late_helper_after_a_reset_fill_writes_nothing();
+    a_weighted_peek_racing_the_next_bucket_sees_a_consistent_window();
+    a_peek_behind_a_concurrent_admission_does_not_count_it();
 }

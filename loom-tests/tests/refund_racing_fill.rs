@@ -20,17 +20,16 @@
 // newer snapshot below an older one), or if a refund subtracted from the count (a check's
 // CAS racing it is lost or the count goes back).
 //
-// The model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracle checks both stores' rings.
+// The model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracle checks both stores' rings.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{
-    NewLimiter, RingEvent, RingOp, Spec, assert_refunds_explained, finals, model, run_ring,
-};
+use loom_tests::on_both_limiters;
+use loom_tests::{NewLimiter, RingEvent, RingOp, Spec, assert_refunds_explained, finals, run_ring};
 
 fn refund_racing_a_fill_and_a_check(new: NewLimiter) {
     let spec = Spec::strict(2, 1, 10);
@@ -54,12 +53,6 @@ fn refund_racing_a_fill_and_a_check(new: NewLimiter) {
     assert_refunds_explained(&spec, &[(0, 2)], &racing, &finals);
 }
 
-#[test]
-fn refund_racing_a_fill_and_a_check_direct() {
-    model(|| refund_racing_a_fill_and_a_check(Spec::limiter));
-}
-
-#[test]
-fn refund_racing_a_fill_and_a_check_keyed() {
-    model(|| refund_racing_a_fill_and_a_check(Spec::keyed_limiter));
+on_both_limiters! {
+    refund_racing_a_fill_and_a_check();
 }

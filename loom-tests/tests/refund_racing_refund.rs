@@ -23,15 +23,16 @@
 // including a unit B's refund took: the two over-report by one, the limiter is one unit
 // stricter than reported, never looser.
 //
-// Each model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracles check both stores' rings.
+// Each model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracles check both stores' rings.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
 
 use loom::thread;
-use loom_tests::{NewLimiter, RingOp, Spec, assert_refunds_explained, finals, model, run_ring};
+use loom_tests::on_both_limiters;
+use loom_tests::{NewLimiter, RingOp, Spec, assert_refunds_explained, finals, run_ring};
 use slidegate::Mode;
 
 fn scenario(new: NewLimiter, spec: Spec) {
@@ -85,22 +86,7 @@ fn weighted() -> Spec {
     }
 }
 
-#[test]
-fn refund_racing_refund_across_a_bucket_strict_direct() {
-    model(|| scenario(Spec::limiter, strict()));
-}
-
-#[test]
-fn refund_racing_refund_across_a_bucket_strict_keyed() {
-    model(|| scenario(Spec::keyed_limiter, strict()));
-}
-
-#[test]
-fn refund_racing_refund_across_a_bucket_weighted_direct() {
-    model(|| scenario(Spec::limiter, weighted()));
-}
-
-#[test]
-fn refund_racing_refund_across_a_bucket_weighted_keyed() {
-    model(|| scenario(Spec::keyed_limiter, weighted()));
+on_both_limiters! {
+    refund_racing_refund_across_a_bucket_strict: scenario(strict());
+    refund_racing_refund_across_a_bucket_weighted: scenario(weighted());
 }

@@ -16,9 +16,9 @@
 // 3 − 1 = 2 units where the history leaves 1 (a peek at 25 reports `remaining` 1, not 2):
 // the refunded unit is back.
 //
-// The model runs on the direct limiter (`_direct`) and on one key of a keyed limiter
-// (`_keyed`, `Spec::keyed_limiter`), whose ring is stored in the key's entry: the same
-// oracle checks both stores' rings.
+// The model runs on the direct limiter (`::direct`) and on one key of a keyed limiter
+// (`::keyed`, `Spec::keyed_limiter`; `on_both_limiters!`), whose ring is stored in the key's
+// entry: the same oracle checks both stores' rings.
 //
 // Without the barrier the direct variant fails: its failing history has A's refund read
 // the clock at 5 after B set it to 15 (a stale reading). The keyed calls' epoch pins rule
@@ -32,6 +32,7 @@
 use std::time::Duration;
 
 use loom::thread;
+use loom_tests::on_both_limiters;
 use loom_tests::{
     NewLimiter, RecordingClock, RingEvent, RingOp, Spec, assert_refunds_explained, finals, model,
     run_ring,
@@ -70,16 +71,10 @@ fn refund_racing_a_fill_that_read_an_older_count(new: NewLimiter, a_lags: bool) 
 }
 
 #[test]
-fn refund_racing_a_fill_that_read_an_older_count_direct() {
-    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::limiter, false));
-}
-
-#[test]
-fn refund_racing_a_fill_that_read_an_older_count_keyed() {
-    model(|| refund_racing_a_fill_that_read_an_older_count(Spec::keyed_limiter, false));
-}
-
-#[test]
 fn refund_racing_a_fill_that_read_an_older_count_keyed_lagging() {
     model(|| refund_racing_a_fill_that_read_an_older_count(Spec::keyed_limiter, true));
+}
+
+on_both_limiters! {
+    refund_racing_a_fill_that_read_an_older_count(false);
 }
