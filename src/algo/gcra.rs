@@ -52,7 +52,12 @@ pub(crate) struct Verdict {
 impl GcraRule {
     /// The rule for `limit` units per `window` ns (both ≥ 1, `window < 2⁶³`).
     pub(crate) fn new(limit: u64, window: u64) -> GcraRule {
-        let interval = window.div_ceil(limit);
+        GcraRule::from_interval(limit, window.div_ceil(limit))
+    }
+
+    /// The rule for `limit` units at one per `interval` ns (what a keyed entry keeps).
+    #[inline]
+    pub(crate) fn from_interval(limit: u64, interval: u64) -> GcraRule {
         GcraRule {
             limit,
             interval,

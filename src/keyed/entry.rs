@@ -10,10 +10,11 @@ use crate::sync::epoch::Pointable;
 use crate::sync::{AtomicU64, Liveness};
 use crate::window::state::{Head, Shape, State};
 
-/// The alignment of every entry: 16, so that a slot pointing to one has four tag bits for
-/// the table (see `store.rs`). It is what the system allocator aligns every allocation of
-/// this size to anyway, so it costs no memory.
-pub(crate) const ENTRY_ALIGN: usize = 16;
+/// The alignment of every entry: 8, so that a slot pointing to one has three tag bits for
+/// the table (see `store.rs`). Sixteen would give a fourth, but round every entry's size up
+/// to 16 bytes: the entry of a compact ring of ten buckets on a `u64` key is 104 bytes
+/// (`examples/keyed_memory.rs`).
+pub(crate) const ENTRY_ALIGN: usize = 8;
 
 /// One key's entry: hash, state head, key, then the state's words inline, in one allocation
 /// (see the `Pointable` impl): a check at a million keys misses on the table slot and then
@@ -60,9 +61,8 @@ impl<K> Entry<K> {
     /// The layout of an entry with `len` words: the header, the words at their offset in the
     /// unsized struct, padded to the struct's alignment (so that the allocation holds the
     /// whole value a reference to it spans), at the address alignment of
-    /// [`Pointable::ALIGN`]. The size is not padded to the latter: padded to 16, an entry of
-    /// a ring of ten buckets (152 bytes) would take the allocator's next size class, 16 bytes
-    /// more per key (`examples/keyed_memory.rs`).
+    /// [`Pointable::ALIGN`]. The size is not padded to the latter, in case it is more than
+    /// the header's alignment.
     fn layout(len: usize) -> Layout {
         let size = mem::offset_of!(Header<K>, words) + len * mem::size_of::<AtomicU64>();
         let align = mem::align_of::<Header<K>>();
@@ -108,7 +108,7 @@ impl<K> Entry<K> {
 /// them through `drop` below). The shape fixes the number of words, so each entry's length
 /// is read back from its head.
 impl<K> Pointable for Entry<K> {
-    // At least 16: the low four bits of an entry's address carry its hash's fragment.
+    // At least 8: the low three bits of an entry's address carry its hash's fragment.
     const ALIGN: usize = if mem::align_of::<Header<K>>() > ENTRY_ALIGN {
         mem::align_of::<Header<K>>()
     } else {

@@ -11,7 +11,7 @@
 //! also costs its size exactly, where `malloc` adds a header and rounds up.
 //!
 //! # How
-//! One process-wide pool, shared by every keyed limiter: a size class per 16 bytes up to
+//! One process-wide pool, shared by every keyed limiter: a size class per 8 bytes up to
 //! [`MAX_POOLED`], each a free list (threaded through the free entries themselves) and a bump
 //! region, behind its own mutex, and in front of them, per thread, a list and a range of each
 //! class ([`Local`]), so that most allocations and frees take no lock, as `malloc`'s
@@ -31,8 +31,11 @@
 
 use std::alloc::{self, Layout};
 
-/// The granularity and alignment of a size class.
-const CLASS: usize = 16;
+/// The granularity of a size class. Its entries are carved at multiples of its size from
+/// chunks aligned to their own size, so each is aligned to the largest power of two dividing
+/// that size: at least 8, and 16 for a class of a multiple of 16 (the size of every entry
+/// whose key is 16-aligned).
+const CLASS: usize = 8;
 
 /// The largest entry pooled: a ring of 60 buckets on a `u64` key fits.
 const MAX_POOLED: usize = 576;
@@ -109,13 +112,15 @@ use core::cell::Cell;
 /// The class of `layout`, if it is pooled.
 #[inline]
 fn class(layout: Layout) -> Option<usize> {
+    let c = layout.size().max(1).div_ceil(CLASS) - 1;
     let pooled = cfg!(not(any(
         slidegate_loom,
         slidegate_shuttle,
         slidegate_valgrind
     ))) && layout.size() <= MAX_POOLED
-        && layout.align() <= CLASS;
-    pooled.then(|| layout.size().max(1).div_ceil(CLASS) - 1)
+        // The class's entries are aligned to every power of two that divides its size.
+        && ((c + 1) * CLASS) % layout.align() == 0;
+    pooled.then_some(c)
 }
 
 /// The next free entry after `entry`.
@@ -317,7 +322,7 @@ pub(crate) unsafe fn free(ptr: *mut u8, layout: Layout) {
 }
 
 /// How far apart [`alloc()`] places entries of `layout` carved one after another: its class's
-/// size (`layout.size()` rounded up to 16 bytes), `None` if the layout is not pooled.
+/// size (`layout.size()` rounded up to 8 bytes), `None` if the layout is not pooled.
 pub(crate) fn stride(layout: Layout) -> Option<usize> {
     class(layout).map(|c| (c + 1) * CLASS)
 }
@@ -443,14 +448,14 @@ mod tests {
 
     #[test]
     fn freed_memory_is_handed_out_again_and_live_memory_never_twice() {
-        // 17 to 32 bytes: no entry of the tests running beside this one is that small (an
-        // entry's header alone is 32 bytes, with a key of no size and no words).
-        let layout = Layout::from_size_align(24, 16).unwrap();
+        // 9 to 16 bytes: no entry of the tests running beside this one is that small (an
+        // entry's header alone is 24 bytes, with a key of no size and no words).
+        let layout = Layout::from_size_align(12, 4).unwrap();
         let held: Vec<usize> = (0..10_000).map(|_| alloc(layout) as usize).collect();
         let mut sorted = held.clone();
         sorted.sort_unstable();
         for pair in sorted.windows(2) {
-            assert!(pair[1] - pair[0] >= 24, "two live entries overlap");
+            assert!(pair[1] - pair[0] >= 12, "two live entries overlap");
         }
         assert!(held.iter().all(|&p| p != 0 && p % CLASS == 0));
         for &p in &held[..100] {
@@ -469,7 +474,7 @@ mod tests {
         }
     }
 
-    /// Serialises the tests of class 0 (at most 16 bytes: no entry is that small).
+    /// Serialises the tests of class 0 (at most 8 bytes: no entry is that small).
     fn class_0() -> std::sync::MutexGuard<'static, ()> {
         static CLASS_0: std::sync::Mutex<()> = std::sync::Mutex::new(());
         CLASS_0
@@ -480,8 +485,8 @@ mod tests {
     #[test]
     fn a_run_given_back_is_handed_out_in_address_order() {
         let _class = class_0();
-        let layout = Layout::from_size_align(16, 16).unwrap();
-        assert_eq!(stride(layout), Some(16));
+        let layout = Layout::from_size_align(8, 8).unwrap();
+        assert_eq!(stride(layout), Some(8));
         // On a thread of its own, so that no list of this thread's is in the way: the entries
         // it is handed, the first of them given back as a run, the rest one by one.
         let (start, count) = std::thread::spawn(move || {
@@ -490,9 +495,9 @@ mod tests {
             let count = held
                 .iter()
                 .enumerate()
-                .take_while(|&(i, &p)| p == held[0] + 16 * i)
+                .take_while(|&(i, &p)| p == held[0] + 8 * i)
                 .count();
-            // SAFETY: `count` entries from `alloc`, 16 apart; the rest one by one; none used
+            // SAFETY: `count` entries from `alloc`, 8 apart; the rest one by one; none used
             // again.
             unsafe {
                 free_run(held[0] as *mut u8, count, layout);
@@ -505,7 +510,7 @@ mod tests {
         .join()
         .unwrap();
         let again: Vec<usize> = (0..count).map(|_| alloc(layout) as usize).collect();
-        let expected: Vec<usize> = (0..count).map(|i| start + 16 * i).collect();
+        let expected: Vec<usize> = (0..count).map(|i| start + 8 * i).collect();
         assert_eq!(again, expected);
         for &p in &again {
             // SAFETY: from `alloc` with `layout`.
@@ -516,7 +521,7 @@ mod tests {
     #[test]
     fn a_thread_that_ends_gives_its_entries_back() {
         let _class = class_0();
-        let layout = Layout::from_size_align(16, 16).unwrap();
+        let layout = Layout::from_size_align(8, 8).unwrap();
         let theirs = std::thread::spawn(move || {
             let entry = alloc(layout) as usize;
             // SAFETY: from `alloc` with `layout`, not used again.
@@ -559,8 +564,16 @@ mod tests {
             class(Layout::from_size_align(MAX_POOLED + 1, 16).unwrap()),
             None
         );
-        assert_eq!(class(Layout::from_size_align(64, 64).unwrap()), None);
-        assert_eq!(class(Layout::from_size_align(152, 16).unwrap()), Some(9));
+        assert_eq!(class(Layout::from_size_align(24, 16).unwrap()), None);
+        assert_eq!(class(Layout::from_size_align(104, 8).unwrap()), Some(12));
+        assert_eq!(class(Layout::from_size_align(160, 16).unwrap()), Some(19));
+        let aligned = Layout::from_size_align(48, 16).unwrap();
+        let held: Vec<usize> = (0..100).map(|_| alloc(aligned) as usize).collect();
+        assert!(held.iter().all(|&p| p != 0 && p % 16 == 0));
+        for &p in &held {
+            // SAFETY: from `alloc` with `aligned`, not used again.
+            unsafe { free(p as *mut u8, aligned) };
+        }
         let layout = Layout::from_size_align(4096, 16).unwrap();
         let p = alloc(layout);
         assert!(!p.is_null());

@@ -4,7 +4,7 @@
 //! # Layout
 //! A table is a power-of-two array of slots; a slot is an atomic pointer
 //! ([`Atomic`](crate::sync::epoch) from crossbeam-epoch) that is *empty* (null), a *tombstone*
-//! (null with tag 1: a key was here, keep probing) or an entry, tagged with the top four bits
+//! (null with tag 1: a key was here, keep probing) or an entry, tagged with the top three bits
 //! of its key's hash (see [`TAG_MASK`]). An entry ([`Entry`]) is one allocation: hash, the
 //! state's head, the key, then the state's atomic words inline (a ring's `front`, `goal`,
 //! `cum` and snapshots; a GCRA cell's TAT); only the exact log keeps its array in a second
@@ -62,9 +62,9 @@ use super::pool::{self, Array};
 const TOMBSTONE: usize = 1;
 
 /// The tag bits of a slot that points to an entry: entries are aligned to [`ENTRY_ALIGN`],
-/// so a slot pointing to one has four tag bits. They hold the top four bits of the key's hash
-/// ([`fragment`]). A probe compares them before it dereferences the entry, and so skips all
-/// but one in sixteen of the entries of other keys on its way, each a cache miss in a large
+/// so a slot pointing to one has three tag bits. They hold the top three bits of the key's
+/// hash ([`fragment`]). A probe compares them before it dereferences the entry, and so skips
+/// all but one in eight of the entries of other keys on its way, each a cache miss in a large
 /// table (`keyed_allowed` at a million keys, `keyed_new_key`).
 const TAG_MASK: usize = ENTRY_ALIGN - 1;
 
@@ -73,7 +73,7 @@ const TAG_MASK: usize = ENTRY_ALIGN - 1;
 /// probes then load every entry they pass, as before tags, and find the same keys.
 #[inline]
 fn fragment(hash: u64) -> usize {
-    // Truncation intended: four bits.
+    // Truncation intended: three bits.
     (hash >> (64 - ENTRY_ALIGN.trailing_zeros())) as usize
 }
 

@@ -133,7 +133,7 @@ impl Shape {
     /// arrays ([`Quota::bytes_per_key`]).
     pub(crate) fn bytes(&self) -> usize {
         let heap = match *self {
-            Shape::Log { capacity, .. } => mem::size_of::<Log>() + capacity as usize * 8,
+            Shape::Log { capacity, .. } => mem::size_of::<WindowLog>() + capacity as usize * 8,
             Shape::Ring { .. } | Shape::Gcra(_) => 0,
         };
         mem::size_of::<Head>() + self.words() * 8 + heap
@@ -149,16 +149,23 @@ pub(crate) enum Head {
     /// The same on compact slots (keyed entries only): the number of buckets kept here, as
     /// the number of words no longer tells it.
     Compact { granularity: u64, buckets: u32 },
-    /// The exact sliding log, boxed: its slot array is a second allocation anyway, and inline
-    /// it would make every key's head as large as its.
-    Log { window: u64, log: Box<Log> },
-    /// GCRA. The rule's fields, its limit narrowed (at most `MAX_LIMIT`) so that the head
-    /// stays 24 bytes and a ring's words start closer to the key.
-    Gcra {
-        limit: u32,
-        interval: u64,
-        tolerance: u64,
-    },
+    /// The exact sliding log with its window, boxed: its slot array is a second allocation
+    /// anyway, and inline it would make every key's head as large as its.
+    Log(Box<WindowLog>),
+    /// GCRA. The rule's limit (narrowed: at most `MAX_LIMIT`) and interval; its tolerance
+    /// `L·T` is computed from them, so that the head stays 16 bytes.
+    Gcra { limit: u32, interval: u64 },
+}
+
+// Every variant's fields fit in 12 bytes beside the discriminant: a keyed entry's head is
+// 16 bytes (the entry of a compact ring of ten buckets on a `u64` key, 104 bytes).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(mem::size_of::<Head>() == 16);
+
+/// An exact log and its window, in the one box a [`Head::Log`] holds.
+pub(crate) struct WindowLog {
+    window: u64,
+    log: Log,
 }
 
 impl Head {
@@ -179,14 +186,13 @@ impl Head {
                 // At most `COMPACT_MAX_BUCKETS`.
                 buckets: buckets as u32,
             },
-            Shape::Log { capacity, window } => Head::Log {
+            Shape::Log { capacity, window } => Head::Log(Box::new(WindowLog {
                 window,
-                log: Box::new(Log::new(capacity)),
-            },
+                log: Log::new(capacity),
+            })),
             Shape::Gcra(rule) => Head::Gcra {
                 limit: rule.limit as u32,
                 interval: rule.interval,
-                tolerance: rule.tolerance,
             },
         }
     }
@@ -225,20 +231,12 @@ impl Head {
                 granularity: *granularity,
                 ring: Ring::from_parts(ring(), u64::from(*buckets)),
             },
-            Head::Log { window, log } => State::Log {
-                window: *window,
-                log,
+            Head::Log(boxed) => State::Log {
+                window: boxed.window,
+                log: &boxed.log,
             },
-            Head::Gcra {
-                limit,
-                interval,
-                tolerance,
-            } => State::Gcra {
-                rule: GcraRule {
-                    limit: u64::from(*limit),
-                    interval: *interval,
-                    tolerance: *tolerance,
-                },
+            Head::Gcra { limit, interval } => State::Gcra {
+                rule: GcraRule::from_interval(u64::from(*limit), *interval),
                 cell: Gcra::view(tat()),
             },
         }
@@ -449,9 +447,9 @@ impl Quota {
     /// the state inline in the key's entry, plus its heap array if any. For the
     /// sliding-window counter and the fixed window with a limit of at most 2²¹, at most 63
     /// buckets and no marks (every Strict, Weighted or fixed-window quota of that size) it is
-    /// `4·(N + 1)` rounded up to 8, plus 48 bytes (`N + 1` snapshots of 32 bits, three more
-    /// words and a 24-byte head); for a larger limit or window, or Strict with marks,
-    /// `8·(N + 1) + 48` (64-bit snapshots); for GCRA 32; for the exact log `8·L` rounded up
+    /// `4·(N + 1)` rounded up to 8, plus 40 bytes (`N + 1` snapshots of 32 bits, three more
+    /// words and a 16-byte head); for a larger limit or window, or Strict with marks,
+    /// `8·(N + 1) + 40` (64-bit snapshots); for GCRA 24; for the exact log `8·L` rounded up
     /// to a power of two, plus 64.
     ///
     /// ```
@@ -459,9 +457,9 @@ impl Quota {
     /// use std::time::Duration;
     ///
     /// let q = Quota::new(100, Duration::from_secs(60))?; // N = 10 buckets
-    /// assert_eq!(q.bytes_per_key(), 4 * 12 + 48);
-    /// assert_eq!(q.with_mode(Mode::StrictMarked).bytes_per_key(), 8 * (10 + 1) + 48);
-    /// assert_eq!(q.with_mode(Mode::Gcra).bytes_per_key(), 32);
+    /// assert_eq!(q.bytes_per_key(), 4 * 12 + 40);
+    /// assert_eq!(q.with_mode(Mode::StrictMarked).bytes_per_key(), 8 * (10 + 1) + 40);
+    /// assert_eq!(q.with_mode(Mode::Gcra).bytes_per_key(), 24);
     /// assert_eq!(q.with_mode(Mode::ExactLog).bytes_per_key(), 8 * 128 + 64);
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
