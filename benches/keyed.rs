@@ -23,6 +23,10 @@
 //!   (hash, probe, a 152-byte block per key, a CAS), each thread in a table of its own, and
 //!   `memory_pinned/…` the same inside a crossbeam-epoch pin (the peer of the store's own
 //!   reclamation, whose pin `floor` takes).
+//! - `keyed_inline_floor/{allowed/1000, denied/1000, allowed/1000000}`: the floor of a store
+//!   whose windows live inline in its table (`common/inline.rs`: one 64-byte slot per key, an
+//!   epoch pin, a clock reading, ahash, the probe, a Strict judgement, a CAS), against
+//!   governor with ahash; at 1000 keys allowed also without the pin, the clock, or both.
 //!
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
@@ -35,12 +39,15 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "common/inline.rs"]
+mod inline;
 #[path = "common/scaling.rs"]
 mod scaling;
 
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
+use inline::{Decided, InlineFloor};
 use scaling::{MemoryWork, one_thread, unshared_work};
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
@@ -333,6 +340,51 @@ fn contended(c: &mut Criterion) {
     group.finish();
 }
 
+/// The floor of a store with each key's window inline in its table slot
+/// (`common/inline.rs`), against governor with ahash on the same keys in the same order: with
+/// everything a check pays (`inline`), without the epoch pin (`inline_no_pin`), without the
+/// clock reading (`inline_no_clock`) and without both (`inline_neither`).
+fn inline_floor(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_inline_floor");
+    configure(&mut group);
+    for (case, keys, limit) in [
+        ("allowed", 1_000u64, LIMIT),
+        ("denied", 1_000, 1),
+        ("allowed", 1_000_000, LIMIT),
+    ] {
+        let ours = InlineFloor::new(keys, limit);
+        let theirs = governor_ahash(limit as u32);
+        for key in 0..keys {
+            assert!(theirs.check_key(&key).is_ok());
+        }
+        let mut i = 0u64;
+        let mut next = || {
+            i += 1;
+            scattered(i, keys)
+        };
+        let id = |name: &str| BenchmarkId::new(name, format!("{case}/{keys}"));
+        let decided = |d: Option<Decided>| d.map(|d| (d.allowed, d.remaining, d.reset_after));
+        group.bench_function(id("inline"), |b| {
+            b.iter(|| black_box(decided(ours.check::<true, true>(next()))))
+        });
+        if (case, keys) == ("allowed", 1_000) {
+            group.bench_function(id("inline_no_pin"), |b| {
+                b.iter(|| black_box(decided(ours.check::<false, true>(next()))))
+            });
+            group.bench_function(id("inline_no_clock"), |b| {
+                b.iter(|| black_box(decided(ours.check::<true, false>(next()))))
+            });
+            group.bench_function(id("inline_neither"), |b| {
+                b.iter(|| black_box(decided(ours.check::<false, false>(next()))))
+            });
+        }
+        group.bench_function(id("governor_ahash"), |b| {
+            b.iter(|| black_box(theirs.check_key(&next()).is_ok()))
+        });
+    }
+    group.finish();
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     allowed(&mut criterion);
@@ -340,5 +392,6 @@ fn main() {
     denied(&mut criterion);
     new_key(&mut criterion);
     contended(&mut criterion);
+    inline_floor(&mut criterion);
     criterion.final_summary();
 }

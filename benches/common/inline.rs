@@ -1,0 +1,167 @@
+//! The floor of a keyed store whose windows live inline in its table (issue 16's design): a
+//! check of a held key with every cost a real check pays and nothing else. Not a store: keys
+//! are placed once and never move, evicted or reused, and a check whose bucket has moved on
+//! (a fill) is not measured.
+//!
+//! A slot is one 64-byte, line-aligned block: the hash's low 32 bits beside snapshot 0, the
+//! key, one word packing the count (40 bits) with the front bucket (24 bits), and snapshots
+//! 1 to 10 (`N = 10`), two per word. A table of twice the keys (load 1/2) on huge pages, as
+//! the store's tables are. A check pins the store's epoch, reads the clock, hashes the key
+//! (ahash), probes, reads the count and the oldest snapshot, judges Strict, makes the
+//! decision's fields (allowed, remaining, reset after) and, if allowed, CASes the count.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use slidegate::clock::{Clock, QuantaClock};
+
+/// Buckets per window.
+const N: u64 = 10;
+
+/// One key's slot.
+#[repr(C, align(64))]
+struct Slot {
+    /// The hash's low 32 bits with bit 0 set (0: empty), and snapshot 0 in the high half.
+    tag: AtomicU64,
+    key: AtomicU64,
+    /// The count (40 bits) above the front bucket (24 bits).
+    word: AtomicU64,
+    /// Snapshots 1 to 10, two per word.
+    snapshots: [AtomicU64; 5],
+}
+
+/// What a check decides, as a real decision reports it.
+#[derive(Clone, Copy)]
+pub struct Decided {
+    pub allowed: bool,
+    pub remaining: u64,
+    pub reset_after: u64,
+}
+
+/// The table (see the module documentation).
+pub struct InlineFloor {
+    hasher: ahash::RandomState,
+    slots: &'static [Slot],
+    clock: QuantaClock,
+    granularity: u64,
+    limit: u64,
+    /// The bucket a check without a clock reading judges at (`check::<_, false>`).
+    fixed: u64,
+}
+
+impl InlineFloor {
+    /// A table holding keys `0..keys` of `limit` per hour, each charged once.
+    pub fn new(keys: u64, limit: u64) -> InlineFloor {
+        let capacity = (keys as usize * 2).next_power_of_two();
+        let granularity = 3_600_000_000_000 / N;
+        let clock = QuantaClock::new();
+        let floor = InlineFloor {
+            hasher: ahash::RandomState::new(),
+            slots: huge_zeroed(capacity),
+            fixed: clock.now().0 / granularity,
+            clock,
+            granularity,
+            limit,
+        };
+        let mask = capacity - 1;
+        for key in 0..keys {
+            let hash = floor.hasher.hash_one(key);
+            let mut i = hash as usize & mask;
+            while floor.slots[i].tag.load(Ordering::Relaxed) != 0 {
+                i = (i + 1) & mask;
+            }
+            let slot = &floor.slots[i];
+            slot.tag
+                .store(u64::from(hash as u32 | 1), Ordering::Relaxed);
+            slot.key.store(key, Ordering::Relaxed);
+            slot.word
+                .store((1 << 24) | (floor.fixed & 0xff_ffff), Ordering::Relaxed);
+        }
+        floor
+    }
+
+    /// Snapshot `k mod (N + 1)` of `slot`.
+    #[inline]
+    fn snapshot(slot: &Slot, k: u64) -> u32 {
+        match k % (N + 1) {
+            0 => (slot.tag.load(Ordering::Acquire) >> 32) as u32,
+            i => {
+                let word = slot.snapshots[((i - 1) / 2) as usize].load(Ordering::Acquire);
+                (word >> (32 * ((i - 1) % 2))) as u32
+            }
+        }
+    }
+
+    /// A check of `key`, with the epoch pin if `PIN` and quanta's clock if `CLOCK` (else the
+    /// bucket the keys were placed in); `None` if the key is absent or its bucket moved on.
+    #[inline]
+    pub fn check<const PIN: bool, const CLOCK: bool>(&self, key: u64) -> Option<Decided> {
+        let _guard = PIN.then(slidegate::__private::epoch::pin);
+        let now = if CLOCK {
+            self.clock.now().0
+        } else {
+            black_box(self.fixed * self.granularity)
+        };
+        let hash = self.hasher.hash_one(key);
+        let (want, mask) = (hash as u32 | 1, self.slots.len() - 1);
+        let mut i = hash as usize & mask;
+        let slot = loop {
+            let slot = &self.slots[i];
+            let tag = slot.tag.load(Ordering::Acquire) as u32;
+            if tag == want && slot.key.load(Ordering::Relaxed) == key {
+                break slot;
+            }
+            if tag == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        };
+        let bucket = now / self.granularity;
+        loop {
+            let word = slot.word.load(Ordering::Acquire);
+            let front = word & 0xff_ffff;
+            if bucket & 0xff_ffff != front {
+                return None;
+            }
+            let count = (word >> 24) as u32;
+            let used = u64::from(count.wrapping_sub(Self::snapshot(slot, front + 1)));
+            let reset_after = self.granularity - now % self.granularity;
+            if used >= self.limit {
+                return Some(Decided {
+                    allowed: false,
+                    remaining: 0,
+                    reset_after,
+                });
+            }
+            let charged = word + (1 << 24);
+            if slot
+                .word
+                .compare_exchange(word, charged, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(Decided {
+                    allowed: true,
+                    remaining: self.limit - used - 1,
+                    reset_after,
+                });
+            }
+        }
+    }
+}
+
+/// `len` zeroed slots (every slot empty), on huge pages where the system allows, never freed.
+fn huge_zeroed(len: usize) -> &'static [Slot] {
+    const HUGE: usize = 2 << 20;
+    let layout = std::alloc::Layout::from_size_align(len * 64, HUGE).expect("a valid layout");
+    // SAFETY: a non-zero size; advised before it is first written (so that its pages are
+    // faulted in as huge pages), then zeroed: `len` empty slots (atomics of 0), aligned to
+    // 2 MiB. It is leaked, so the slice lives for the rest of the process.
+    unsafe {
+        let base = std::alloc::alloc(layout);
+        assert!(!base.is_null(), "out of memory");
+        #[cfg(target_os = "linux")]
+        libc::madvise(base.cast(), layout.size(), libc::MADV_HUGEPAGE);
+        base.write_bytes(0, layout.size());
+        std::slice::from_raw_parts(base.cast::<Slot>(), len)
+    }
+}
