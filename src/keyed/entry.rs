@@ -162,3 +162,34 @@ impl<K> Pointable for Entry<K> {
         }
     }
 }
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod tests {
+    use super::*;
+
+    const TEN_COMPACT: Shape = Shape::Ring {
+        granularity: 1,
+        buckets: 10,
+        compact: true,
+    };
+
+    /// What `examples/keyed_memory.rs` measures at `N = 10`: a `u64` key's entry is 104
+    /// bytes (hash-and-length word, 16-byte head, key, `front`, `goal`, `cum`, six words of
+    /// snapshots), and the pool carves entries of it 104 bytes apart.
+    #[test]
+    fn a_u64_key_of_ten_compact_buckets_takes_104_bytes() {
+        let layout = Entry::<u64>::layout(TEN_COMPACT.words());
+        assert_eq!((layout.size(), layout.align()), (104, 8));
+        #[cfg(not(any(slidegate_loom, slidegate_shuttle, slidegate_valgrind)))]
+        assert_eq!(pool::stride(layout), Some(104));
+    }
+
+    /// A 16-aligned key gives its entry a size that is a multiple of 16, so that the pool's
+    /// class of that size keeps every entry 16-aligned.
+    #[test]
+    fn an_entry_of_a_16_aligned_key_keeps_its_alignment() {
+        let layout = Entry::<u128>::layout(TEN_COMPACT.words());
+        assert_eq!(layout.align(), 16);
+        assert_eq!(layout.size() % 16, 0);
+    }
+}
