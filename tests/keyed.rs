@@ -119,6 +119,7 @@ with_both_hashers!(
     evicted_keys_are_dropped_exactly_once,
     override_with_the_same_geometry_keeps_counts,
     override_with_another_geometry_starts_afresh,
+    gcra_override_of_limit_or_interval_starts_afresh,
     overrides_change_while_checks_run,
     threads_on_disjoint_and_shared_keys_lose_nothing,
     checks_racing_eviction_lose_no_admission,
@@ -405,6 +406,29 @@ fn override_with_another_geometry_starts_afresh<S: TestHasher>() {
     // Clearing it changes the geometry back: afresh again, under the default.
     l.clear_quota_for(&"k");
     assert_eq!(l.check(&"k").remaining(), 4);
+    assert_eq!(l.forced_evictions(), 0);
+}
+
+/// A GCRA key's state is its limit and emission interval (`T = W / L`): an override that
+/// changes either starts it afresh, even with the other unchanged. Kept, its TAT would carry
+/// over and the key would get 10 or 5 of the fresh burst, not all of it.
+fn gcra_override_of_limit_or_interval_starts_afresh<S: TestHasher>() {
+    let gcra = |limit, window_ms| quota(limit, window_ms, 100).with_mode(Mode::Gcra);
+    let clock = ManualClock::new();
+    let l: Limiter<&str, S> = limiter(gcra(10, 10_000), &clock, usize::MAX);
+    assert!(l.check_n(&"k", 10).is_ok_and(|d| d.is_allowed()));
+    assert!(!l.check(&"k").is_allowed());
+    // Twice the limit over twice the window: the same interval (1 s), another limit.
+    l.quota_for(&"k", gcra(20, 20_000));
+    assert!(l.check_n(&"k", 20).is_ok_and(|d| d.is_allowed()));
+    assert!(!l.check(&"k").is_allowed());
+    // The same limit over twice the window: another interval (2 s).
+    l.quota_for(&"k", gcra(20, 40_000));
+    assert!(l.check_n(&"k", 20).is_ok_and(|d| d.is_allowed()));
+    assert!(!l.check(&"k").is_allowed());
+    // The same quota again: the state is kept, and stays spent.
+    l.quota_for(&"k", gcra(20, 40_000));
+    assert!(!l.check(&"k").is_allowed());
     assert_eq!(l.forced_evictions(), 0);
 }
 

@@ -1,4 +1,4 @@
-//! The floor of a keyed store whose windows live inline in its table (issue 16's design): a
+//! The floor of a keyed store whose windows live inline in its table slots: a
 //! check of a held key with every cost a real check pays and nothing else. Not a store: keys
 //! are placed once and never move, evicted or reused, and a check whose bucket has moved on
 //! (a fill) is not measured.

@@ -61,8 +61,9 @@ impl<K> Entry<K> {
     /// The layout of an entry with `len` words: the header, the words at their offset in the
     /// unsized struct, padded to the struct's alignment (so that the allocation holds the
     /// whole value a reference to it spans), at the address alignment of
-    /// [`Pointable::ALIGN`]. The size is not padded to the latter, in case it is more than
-    /// the header's alignment.
+    /// [`Pointable::ALIGN`]. That is the header's alignment wherever a `u64` is 8-aligned;
+    /// where it is larger, the size is not padded to it (the pool places an entry by its
+    /// size class, whatever it holds).
     fn layout(len: usize) -> Layout {
         let size = mem::offset_of!(Header<K>, words) + len * mem::size_of::<AtomicU64>();
         let align = mem::align_of::<Header<K>>();

@@ -481,7 +481,8 @@ where
     /// above 2²¹ or not (a key keeps its snapshots in 32 bits when it needs no marks and its
     /// limit is at most 2²¹, in 64 otherwise; see [`Quota::bytes_per_key`]); for the exact
     /// log, the same window and a limit of the same power-of-two capacity; for GCRA, the same
-    /// limit and window. Otherwise the counts cannot be carried over exactly, so the key
+    /// limit and emission interval (the window over the limit, in whole nanoseconds rounded
+    /// up). Otherwise the counts cannot be carried over exactly, so the key
     /// starts afresh under the new quota at its next check.
     ///
     /// Overrides live in one map that each change copies and republishes (checks never wait

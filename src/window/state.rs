@@ -276,7 +276,8 @@ macro_rules! on_ring {
 pub(crate) use on_ring;
 
 impl State<'_> {
-    /// Whether this state has `shape`.
+    /// Whether this state has `shape`. A match on the pair: building the state's own shape
+    /// and comparing the two cost the keyed check 13–15 instructions more (callgrind).
     #[inline]
     pub(crate) fn fits(&self, shape: Shape) -> bool {
         match (self, shape) {
@@ -303,7 +304,10 @@ impl State<'_> {
                     window: w,
                 },
             ) => *window == w && log.capacity() == capacity,
-            (State::Gcra { rule, .. }, Shape::Gcra(r)) => *rule == r,
+            // The tolerance is derived from these two (`GcraRule::from_interval`).
+            (State::Gcra { rule, .. }, Shape::Gcra(r)) => {
+                (rule.limit, rule.interval) == (r.limit, r.interval)
+            }
             _ => false,
         }
     }
@@ -320,9 +324,9 @@ impl State<'_> {
         op: Op,
     ) -> Option<(Decision, u64)> {
         on_ring!(self, |_, ring| match op {
-                Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
-                Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
-            },
+            Op::Charge => counter::charge(*ring, &rule.counter, now, n).map(|d| (d, 0)),
+            Op::Peek | Op::Reserve => counter::decide(*ring, &rule.counter, now, n, op),
+        },
             State::Log { log, .. } => log.check(&rule.log, now, n, op).map(|d| (d, 0)),
             State::Gcra { cell, .. } => cell.check(&rule.gcra, now, n, op),
         )
@@ -346,9 +350,9 @@ impl State<'_> {
     /// ticket is its commit's stamp, see `multi.rs`). `false` if the state was retired
     /// (forcibly) since; see `multi.rs` for what that means.
     pub(crate) fn commit(&self, n: u64, ticket: u64) -> bool {
+        // Strict with marks (wide slots) records the mark its ticket carries; other rings'
+        // tickets are 0, and record nothing.
         on_ring!(self, |_, ring| ring.commit_marked(n, ticket),
-            // Strict with marks (wide slots) records the mark its ticket carries; other
-            // tickets are 0, and record nothing.
             State::Log { log, .. } => log.commit(n, || ticket),
             // A GCRA reservation is a charge already.
             State::Gcra { cell, .. } => !cell.is_retired(),
