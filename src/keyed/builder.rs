@@ -4,11 +4,10 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use core::marker::PhantomData;
 
-use crate::algo::Rule;
 use crate::clock::{Clock, QuantaClock};
 use crate::quota::Quota;
 
-use super::overrides::Overrides;
+use super::overrides::{KeyRule, Overrides};
 use super::store::Store;
 use super::{DefaultHashBuilder, KeyedLimiter};
 
@@ -138,7 +137,7 @@ where
         C: Clock,
     {
         KeyedLimiter {
-            rule: Rule::new(self.quota),
+            rule: KeyRule::new(self.quota),
             store: Store::new(self.hasher, self.max_keys),
             overrides: Overrides::new(),
             clock: self.clock,

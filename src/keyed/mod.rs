@@ -33,10 +33,10 @@ use crate::quota::Quota;
 use crate::sync::epoch::{self, Guard};
 use crate::wait;
 use crate::window::counter;
-use crate::window::state::{Shape, State, on_ring};
+use crate::window::state::{State, on_ring};
 
 use entry::Entry;
-use overrides::Overrides;
+use overrides::{KeyRule, Overrides};
 use store::Store;
 
 /// The default hasher of a [`KeyedLimiter`]: ahash, with a random state per limiter, so
@@ -103,7 +103,7 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    rule: Rule,
+    rule: KeyRule,
     store: Store<K, S>,
     overrides: Overrides<K, S>,
     clock: C,
@@ -261,12 +261,12 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let guard = &epoch::pin();
-        let rule = self.rule_for(key, guard);
+        let KeyRule { rule, shape } = self.rule_for(key, guard);
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
         self.store
             .get(key, hash, guard)
-            .filter(|e| e.fits(Shape::of(rule)))
+            .filter(|e| e.fits(*shape))
             .and_then(|e| e.state().refund(rule, now, n))
             .unwrap_or(0)
     }
@@ -507,7 +507,7 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         self.overrides.update(self.store.hasher(), |map| {
-            map.insert(K::from(key.to_owned()), Rule::new(quota));
+            map.insert(K::from(key.to_owned()), KeyRule::new(quota));
         });
     }
 
@@ -553,9 +553,9 @@ where
     {
         // Without overrides every key has the default quota: no epoch pinned to look.
         if self.overrides.is_empty() {
-            return self.rule.quota;
+            return self.rule.rule.quota;
         }
-        self.rule_for(key, &epoch::pin()).quota
+        self.rule_for(key, &epoch::pin()).rule.quota
     }
 
     /// The clock this limiter reads.
@@ -611,7 +611,7 @@ where
 
     /// The rule for `key`: its override, else the default.
     #[inline]
-    fn rule_for<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> &'g Rule
+    fn rule_for<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> &'g KeyRule
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -722,12 +722,12 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let rule = self.rule_for(key, guard);
+        let KeyRule { rule, shape } = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
         let found = self.store.get(key, hash, guard);
         Ok(found
-            .filter(|entry| entry.fits(Shape::of(rule)))
+            .filter(|entry| entry.fits(*shape))
             .and_then(|entry| self.reserve_on(entry, rule, n)))
     }
 
@@ -761,8 +761,8 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let mut rule = self.rule_for(key, guard);
-        rule.validate(n)?;
+        let mut keyed = self.rule_for(key, guard);
+        keyed.rule.validate(n)?;
         let found = if lookup {
             self.store.get(key, hash, guard)
         } else {
@@ -774,16 +774,16 @@ where
         };
         // One shape test on the hot path; an entry of another shape (the key's quota changed)
         // is replaced by the writer path below.
-        while !entry.fits(Shape::of(rule)) {
-            // The key's quota changed shape (since `rule` was read, or since the entry was
+        while !entry.fits(keyed.shape) {
+            // The key's quota changed shape (since its rule was read, or since the entry was
             // made): judge under the newest quota, in an entry of its shape.
-            rule = self.rule_for(key, guard);
-            rule.validate(n)?;
-            if !entry.fits(Shape::of(rule)) {
+            keyed = self.rule_for(key, guard);
+            keyed.rule.validate(n)?;
+            if !entry.fits(keyed.shape) {
                 entry = self.insert(key, hash, guard);
             }
         }
-        Ok((entry, rule))
+        Ok((entry, &keyed.rule))
     }
 
     /// What a check of `n` on `key` would decide now, without writing anything (a peek).
@@ -792,14 +792,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let rule = self.rule_for(key, guard);
+        let KeyRule { rule, shape } = self.rule_for(key, guard);
         rule.validate(n)?;
         let hash = self.store.hash(key);
         let now = || self.clock.now().0;
-        let live = self
-            .store
-            .get(key, hash, guard)
-            .filter(|e| e.fits(Shape::of(rule)));
+        let live = self.store.get(key, hash, guard).filter(|e| e.fits(*shape));
         if let Some((decision, _)) = live.and_then(|e| e.state().check(rule, now, n, Op::Peek)) {
             return Ok(decision);
         }
@@ -816,7 +813,7 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let shape = || Shape::of(self.rule_for(key, guard));
+        let shape = || self.rule_for(key, guard).shape;
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
     }
@@ -867,7 +864,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quota", &self.rule.quota)
+            .field("quota", &self.rule.rule.quota)
             .field("keys", &self.store.len())
             .finish_non_exhaustive()
     }

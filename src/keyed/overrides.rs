@@ -5,15 +5,36 @@ use core::hash::{BuildHasher, Hash};
 use std::collections::HashMap;
 
 use crate::algo::Rule;
+use crate::quota::Quota;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{self, Mutex, Ordering};
+use crate::window::state::Shape;
+
+/// A quota's rule with the shape a key's state needs under it, made once when the quota is
+/// set: a keyed check tests its entry against `shape` instead of deriving the shape from the
+/// rule each time.
+#[derive(Clone)]
+pub(super) struct KeyRule {
+    pub(super) rule: Rule,
+    pub(super) shape: Shape,
+}
+
+impl KeyRule {
+    pub(super) fn new(quota: Quota) -> KeyRule {
+        let rule = Rule::new(quota);
+        KeyRule {
+            shape: Shape::of(&rule),
+            rule,
+        }
+    }
+}
 
 /// Per-key quotas: an immutable map, replaced whole (copy on write) and published through
 /// an epoch-managed pointer (`crate::sync::epoch`), so checks read it with one Acquire load
 /// and never wait for an update. Null when empty, so limiters without overrides pay one load
 /// and a branch per check.
 pub(super) struct Overrides<K, S> {
-    map: Atomic<HashMap<K, Rule, S>>,
+    map: Atomic<HashMap<K, KeyRule, S>>,
     /// Serializes updates, so none is lost to a concurrent one.
     writer: Mutex<()>,
 }
@@ -31,7 +52,7 @@ where
     }
 
     #[inline]
-    pub(super) fn get<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> Option<&'g Rule>
+    pub(super) fn get<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> Option<&'g KeyRule>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -57,7 +78,7 @@ where
     }
 
     /// Publishes a copy of the map changed by `change`.
-    pub(super) fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, Rule, S>)) {
+    pub(super) fn update(&self, hasher: &S, change: impl FnOnce(&mut HashMap<K, KeyRule, S>)) {
         // Pinned before the lock: an outermost pin may collect, running other objects' drops,
         // which must not run under this lock.
         let guard = epoch::pin();
