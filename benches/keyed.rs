@@ -47,7 +47,7 @@ mod scaling;
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use inline::{Decided, InlineFloor};
+use inline::{Decided, InlineFloor, InlineInserts};
 use scaling::{MemoryWork, one_thread, unshared_work};
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
@@ -225,6 +225,18 @@ fn new_key(c: &mut Criterion) {
             start.elapsed()
         })
     });
+    for (name, sized) in [("inline_floor", false), ("inline_floor_presized", true)] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let floor = InlineInserts::new(if sized { iters as usize } else { 0 }, LIMIT);
+                let start = Instant::now();
+                for key in 0..iters {
+                    black_box(floor.check_new(key).remaining);
+                }
+                start.elapsed()
+            })
+        });
+    }
     group.bench_function("governor", |b| {
         b.iter_custom(|iters| {
             let limiter = governor_default(u32::MAX);
