@@ -644,7 +644,7 @@ where
                 _ => return self.acquire_other(key, hash, n, entry, rule, guard),
             );
             match decided {
-                Some(decision) => return R::decided(decision),
+                Some(decision) => return R::decided(decision.relayed()),
                 // Retired: evicted (idle, so a fresh entry decides the same), forced out, or
                 // replaced by an entry of a newer shape. The writer path sees the store as it
                 // is now.
