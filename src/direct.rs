@@ -332,12 +332,12 @@ impl<C: Clock> SlidingWindow<C> {
     fn acquire_slow(&self, n: u64, loads: Option<Loads>) -> Decision {
         match charge_loop(
             self.ring(),
-            loads,
+            loads.as_ref().map(Loads::relayed),
             &self.rule.counter,
             || self.clock.now().0,
             n,
         ) {
-            Some(decision) => decision,
+            Some(decision) => decision.relayed(),
             None => unreachable!("a direct limiter's state is never retired"),
         }
     }
