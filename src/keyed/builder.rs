@@ -137,7 +137,7 @@ where
         C: Clock,
     {
         KeyedLimiter {
-            rule: KeyRule::new(self.quota),
+            default: KeyRule::new(self.quota),
             store: Store::new(self.hasher, self.max_keys),
             overrides: Overrides::new(),
             clock: self.clock,

@@ -103,7 +103,8 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
-    rule: KeyRule,
+    /// The rule of every key without an override.
+    default: KeyRule,
     store: Store<K, S>,
     overrides: Overrides<K, S>,
     clock: C,
@@ -553,7 +554,7 @@ where
     {
         // Without overrides every key has the default quota: no epoch pinned to look.
         if self.overrides.is_empty() {
-            return self.rule.rule.quota;
+            return self.default.rule.quota;
         }
         self.rule_for(key, &epoch::pin()).rule.quota
     }
@@ -616,7 +617,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.overrides.get(key, guard).unwrap_or(&self.rule)
+        self.overrides.get(key, guard).unwrap_or(&self.default)
     }
 
     /// Checks and charges `n`, validated against the key's quota. Separate from `reserve` so
@@ -864,7 +865,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quota", &self.rule.rule.quota)
+            .field("quota", &self.default.rule.quota)
             .field("keys", &self.store.len())
             .finish_non_exhaustive()
     }
