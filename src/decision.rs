@@ -1,6 +1,5 @@
 //! What a limiter answers.
 
-use core::ptr;
 use core::time::Duration;
 
 use thiserror::Error;
@@ -45,6 +44,9 @@ pub struct Decision {
     reset_after: u64,
 }
 
+// SAFETY: five `u64` fields, nothing else: 40 bytes, 8-aligned, no padding.
+unsafe impl crate::sync::Words for Decision {}
+
 impl Decision {
     /// An admission under a quota of `limit`, with `remaining` left and the window empty
     /// again `reset_after` ns from now.
@@ -56,26 +58,6 @@ impl Decision {
             remaining,
             retry_after: 0,
             reset_after,
-        }
-    }
-
-    /// A copy made one field at a time, with 8-byte loads that no later pass merges. A
-    /// decision is made a field at a time (8-byte stores) and, where the check's paths meet,
-    /// copied to where it is returned; copied with 16-byte loads, each over two of those
-    /// stores, no store could forward its data to the load, and the load waited for both to
-    /// reach the cache (a store-forwarding stall: `perf record` put 14% of a keyed allowed
-    /// check's samples on that copy).
-    #[inline(always)]
-    pub(crate) fn relayed(&self) -> Decision {
-        // SAFETY: each pointer is to a field of `*self`: a valid, aligned, initialised `u64`.
-        unsafe {
-            Decision {
-                allowed: ptr::read_volatile(&self.allowed),
-                limit: ptr::read_volatile(&self.limit),
-                remaining: ptr::read_volatile(&self.remaining),
-                retry_after: ptr::read_volatile(&self.retry_after),
-                reset_after: ptr::read_volatile(&self.reset_after),
-            }
         }
     }
 

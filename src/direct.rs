@@ -11,8 +11,8 @@ use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::multi::{self, Limit, sealed};
 use crate::quota::Quota;
-use crate::sync::AtomicU64;
 use crate::sync::epoch::Guard;
+use crate::sync::{self, AtomicU64};
 use crate::wait;
 use crate::window::counter::{charge_fast, charge_loop};
 use crate::window::ring::{Loads, Parts, Ring, Wide};
@@ -332,12 +332,12 @@ impl<C: Clock> SlidingWindow<C> {
     fn acquire_slow(&self, n: u64, loads: Option<Loads>) -> Decision {
         match charge_loop(
             self.ring(),
-            loads.as_ref().map(Loads::relayed),
+            loads.as_ref().map(sync::relayed),
             &self.rule.counter,
             || self.clock.now().0,
             n,
         ) {
-            Some(decision) => decision.relayed(),
+            Some(decision) => sync::relayed(&decision),
             None => unreachable!("a direct limiter's state is never retired"),
         }
     }

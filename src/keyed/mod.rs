@@ -30,6 +30,7 @@ use crate::algo::{Op, Rule};
 use crate::clock::{Clock, QuantaClock};
 use crate::decision::{CostError, Decision};
 use crate::quota::Quota;
+use crate::sync;
 use crate::sync::epoch::{self, Guard};
 use crate::wait;
 use crate::window::counter;
@@ -645,7 +646,7 @@ where
                 _ => return self.acquire_other(key, hash, n, entry, rule, guard),
             );
             match decided {
-                Some(decision) => return R::decided(decision.relayed()),
+                Some(decision) => return R::decided(sync::relayed(&decision)),
                 // Retired: evicted (idle, so a fresh entry decides the same), forced out, or
                 // replaced by an entry of a newer shape. The writer path sees the store as it
                 // is now.

@@ -171,3 +171,32 @@ pub(crate) fn prefetch(addr: usize) {
     #[cfg(not(all(target_arch = "x86_64", not(slidegate_loom))))]
     let _ = addr;
 }
+
+/// A value made only of `u64` fields: no padding, so every byte of it belongs to some word.
+///
+/// # Safety
+/// The implementing type's size is a multiple of 8, it is 8-aligned, and each of its 8-byte
+/// words is one of its `u64` fields (none is padding or part of a field of another type).
+pub(crate) unsafe trait Words: Copy {}
+
+/// A copy of `*value` made one word at a time, with volatile 8-byte loads that no later pass
+/// merges into wider ones. For a value just stored a field at a time and then copied where
+/// a check returns it: copied with 16-byte loads, each over two of those stores, no store can
+/// forward its data to the load, which waits for both to reach the cache (a
+/// store-forwarding stall; `docs/benchmarks.md`, "Store-forwarding stalls").
+#[inline(always)]
+pub(crate) fn relayed<T: Words>(value: &T) -> T {
+    let mut copy = core::mem::MaybeUninit::<T>::uninit();
+    let (from, to) = (
+        (value as *const T).cast::<u64>(),
+        copy.as_mut_ptr().cast::<u64>(),
+    );
+    for i in 0..core::mem::size_of::<T>() / 8 {
+        // SAFETY: `T: Words`, so word `i` of `*value` is an initialised, aligned `u64` field,
+        // and word `i` of `copy` lies inside it.
+        unsafe { to.add(i).write(from.add(i).read_volatile()) };
+    }
+    // SAFETY: every word of `copy`, hence every byte (`T: Words`: no padding), was written
+    // with the same bytes as `*value`, a valid `T`.
+    unsafe { copy.assume_init() }
+}

@@ -428,24 +428,8 @@ pub(crate) struct Loads {
     oldest: u64,
 }
 
-impl Loads {
-    /// A copy made one field at a time, with 8-byte loads, for a callee handed the loads
-    /// that its inlined caller has just stored a field at a time: as
-    /// [`Decision::relayed`](crate::decision::Decision::relayed) says, wider loads over them
-    /// would wait for the stores to reach the cache.
-    #[inline(always)]
-    pub(crate) fn relayed(&self) -> Loads {
-        // SAFETY: each pointer is to a field of `*self`: a valid, aligned, initialised `u64`.
-        unsafe {
-            Loads {
-                t: core::ptr::read_volatile(&self.t),
-                front: core::ptr::read_volatile(&self.front),
-                cum: core::ptr::read_volatile(&self.cum),
-                oldest: core::ptr::read_volatile(&self.oldest),
-            }
-        }
-    }
-}
+// SAFETY: four `u64` fields, nothing else: 32 bytes, 8-aligned, no padding.
+unsafe impl crate::sync::Words for Loads {}
 
 /// What [`Ring::fast_read`] read: the window at bucket `front`.
 pub(crate) struct Fast<'a, S = Wide> {
