@@ -6,10 +6,11 @@
 //!
 //! A slot is one 64-byte, line-aligned block: the hash's low 32 bits beside snapshot 0, the
 //! key, one word packing the count (40 bits) with the front bucket (24 bits), and snapshots
-//! 1 to 10 (`N = 10`), two per word. A table of twice the keys (load 1/2) on huge pages, as
-//! the store's tables are. A check pins the store's epoch, reads the clock, hashes the key
-//! (ahash), probes, reads the count and the oldest snapshot, judges Strict, makes the
-//! decision's fields (allowed, remaining, reset after) and, if allowed, CASes the count.
+//! 1 to 10 (`N = 10`), two per word. A table of twice the keys (load 1/2), on huge pages
+//! from 2 MiB up as the store's tables are. A check pins the store's epoch, reads the clock,
+//! hashes the key (ahash), probes, reads the count and the oldest snapshot, judges Strict,
+//! makes the decision's fields (allowed, remaining, reset after) and, if allowed, CASes the
+//! count.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +43,7 @@ pub struct Decided {
 /// The table (see the module documentation).
 pub struct InlineFloor {
     hasher: ahash::RandomState,
-    slots: &'static [Slot],
+    table: Table,
     clock: QuantaClock,
     granularity: u64,
     limit: u64,
@@ -58,25 +59,17 @@ impl InlineFloor {
         let clock = QuantaClock::new();
         let floor = InlineFloor {
             hasher: ahash::RandomState::new(),
-            slots: huge_zeroed(capacity),
+            table: Table::new(capacity),
             fixed: clock.now().0 / granularity,
             clock,
             granularity,
             limit,
         };
-        let mask = capacity - 1;
         for key in 0..keys {
             let hash = floor.hasher.hash_one(key);
-            let mut i = hash as usize & mask;
-            while floor.slots[i].tag.load(Ordering::Relaxed) != 0 {
-                i = (i + 1) & mask;
-            }
-            let slot = &floor.slots[i];
-            slot.tag
-                .store(u64::from(hash as u32 | 1), Ordering::Relaxed);
-            slot.key.store(key, Ordering::Relaxed);
-            slot.word
-                .store((1 << 24) | (floor.fixed & 0xff_ffff), Ordering::Relaxed);
+            floor
+                .table
+                .place(hash, key, (1 << 24) | (floor.fixed & 0xff_ffff));
         }
         floor
     }
@@ -104,10 +97,11 @@ impl InlineFloor {
             black_box(self.fixed * self.granularity)
         };
         let hash = self.hasher.hash_one(key);
-        let (want, mask) = (hash as u32 | 1, self.slots.len() - 1);
+        let slots = self.table.slots();
+        let (want, mask) = (hash as u32 | 1, slots.len() - 1);
         let mut i = hash as usize & mask;
         let slot = loop {
-            let slot = &self.slots[i];
+            let slot = &slots[i];
             let tag = slot.tag.load(Ordering::Acquire) as u32;
             if tag == want && slot.key.load(Ordering::Relaxed) == key {
                 break slot;
@@ -147,23 +141,6 @@ impl InlineFloor {
                 });
             }
         }
-    }
-}
-
-/// `len` zeroed slots (every slot empty), on huge pages where the system allows, never freed.
-fn huge_zeroed(len: usize) -> &'static [Slot] {
-    const HUGE: usize = 2 << 20;
-    let layout = std::alloc::Layout::from_size_align(len * 64, HUGE).expect("a valid layout");
-    // SAFETY: a non-zero size; advised before it is first written (so that its pages are
-    // faulted in as huge pages), then zeroed: `len` empty slots (atomics of 0), aligned to
-    // 2 MiB. It is leaked, so the slice lives for the rest of the process.
-    unsafe {
-        let base = std::alloc::alloc(layout);
-        assert!(!base.is_null(), "out of memory");
-        #[cfg(target_os = "linux")]
-        libc::madvise(base.cast(), layout.size(), libc::MADV_HUGEPAGE);
-        base.write_bytes(0, layout.size());
-        std::slice::from_raw_parts(base.cast::<Slot>(), len)
     }
 }
 
@@ -221,6 +198,27 @@ impl Table {
         // SAFETY: `len` initialised (zeroed) slots, alive until `drop`.
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.len) }
     }
+
+    /// The first empty slot from the home of a key whose hash's low 32 bits are `hash`.
+    fn empty_from(&self, hash: u32) -> &Slot {
+        let slots = self.slots();
+        let mask = slots.len() - 1;
+        let mut i = hash as usize & mask;
+        while slots[i].tag.load(Ordering::Relaxed) != 0 {
+            i = (i + 1) & mask;
+        }
+        &slots[i]
+    }
+
+    /// Places `key`, whose hash is `hash`, with its count-and-front `word`, in the first
+    /// empty slot from its home; the tag last, with Release, as a store publishes a slot.
+    fn place(&self, hash: u64, key: u64, word: u64) {
+        let slot = self.empty_from(hash as u32);
+        slot.key.store(key, Ordering::Relaxed);
+        slot.word.store(word, Ordering::Relaxed);
+        slot.tag
+            .store(u64::from(hash as u32 | 1), Ordering::Release);
+    }
 }
 
 impl Drop for Table {
@@ -259,20 +257,11 @@ impl InlineInserts {
         if (grown.len + 1) * 2 > grown.table.len {
             grown.table = Self::grow(&grown.table);
         }
-        let slots = grown.table.slots();
-        let mask = slots.len() - 1;
-        let mut i = hash as usize & mask;
-        while slots[i].tag.load(Ordering::Relaxed) != 0 {
-            i = (i + 1) & mask;
-        }
-        let slot = &slots[i];
-        slot.key.store(key, Ordering::Relaxed);
-        slot.word.store(
+        grown.table.place(
+            hash,
+            key,
             (1 << 24) | ((now / self.granularity) & 0xff_ffff),
-            Ordering::Relaxed,
         );
-        slot.tag
-            .store(u64::from(hash as u32 | 1), Ordering::Release);
         grown.len += 1;
         Decided {
             allowed: true,
@@ -285,20 +274,15 @@ impl InlineInserts {
     #[cold]
     fn grow(old: &Table) -> Table {
         let fresh = Table::new(old.len * 2);
-        let slots = fresh.slots();
-        let mask = slots.len() - 1;
         for slot in old.slots() {
             let tag = slot.tag.load(Ordering::Relaxed);
             if tag == 0 {
                 continue;
             }
-            let mut i = tag as u32 as usize & mask;
-            while slots[i].tag.load(Ordering::Relaxed) != 0 {
-                i = (i + 1) & mask;
-            }
+            let to: *const Slot = fresh.empty_from(tag as u32);
             // SAFETY: distinct slots of two live tables; a slot is plain atomics, copied
             // whole while no one else reads either table (the writer lock is held).
-            unsafe { std::ptr::copy_nonoverlapping(slot, slots.as_ptr().add(i).cast_mut(), 1) };
+            unsafe { std::ptr::copy_nonoverlapping(slot, to.cast_mut(), 1) };
         }
         fresh
     }
