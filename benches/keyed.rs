@@ -12,7 +12,10 @@
 //!   `floor/1000` is what such a denial cannot do without on this store (an epoch pin, a
 //!   clock reading, the hash, the probe and the entry's loads), with no rule.
 //! - `keyed_new_key`: the first check of a key never seen (a fresh limiter per sample,
-//!   dropped outside the timing).
+//!   dropped outside the timing). `inline_floor` is the same on the floor of a store whose
+//!   windows live inline in its table (`common/inline.rs`: the writer lock, an epoch pin, a
+//!   clock reading, ahash, a probe to an empty slot, the slot written, the table doubled
+//!   before load 1/2); `inline_floor_presized` on a table made large enough never to grow.
 //! - `keyed_2_threads/{disjoint, same_key}`: two threads on 1000 keys each, or on one key. An
 //!   iteration is one check on each thread: the time shown is wall time per pair.
 //!   `slidegate/one_thread` runs thread 0's checks alone through the same call, so two
@@ -26,7 +29,7 @@
 //! - `keyed_inline_floor/{allowed/1000, denied/1000, allowed/1000000}`: the floor of a store
 //!   whose windows live inline in its table (`common/inline.rs`: one 64-byte slot per key, an
 //!   epoch pin, a clock reading, ahash, the probe, a Strict judgement, a CAS), against
-//!   governor with ahash; at 1000 keys allowed also without the pin, the clock, or both.
+//!   governor with ahash; allowed checks also without the pin, the clock, or both.
 //!
 //! Elsewhere every limiter reads its default clock, quanta's calibrated TSC.
 //!
