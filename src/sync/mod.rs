@@ -200,3 +200,18 @@ pub(crate) fn relayed<T: Words>(value: &T) -> T {
     // with the same bytes as `*value`, a valid `T`.
     unsafe { copy.assume_init() }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::decision::Decision;
+
+    /// The word-at-a-time copy copies every word: a decision whose five fields all differ
+    /// comes back equal (a copy that stopped a word short, or read one twice, would not).
+    #[test]
+    fn a_relayed_decision_is_the_same_decision() {
+        let decision = Decision::denied(5, 4, 3, 2);
+        assert_eq!(super::relayed(&decision), decision);
+        let allowed = Decision::allowed(9, 8, 7);
+        assert_eq!(super::relayed(&allowed), allowed);
+    }
+}
