@@ -119,6 +119,10 @@ pub mod __private {
         pub use crate::sync::epoch::{Guard, pin};
         pub use crossbeam_epoch::{Atomic, Owned, Shared};
     }
+
+    /// The inline store's one-word ring, for its loom models (`loom-tests/tests/line_*.rs`).
+    #[cfg(slidegate_loom)]
+    pub use crate::window::line::LoomLine;
 }
 
 /// The README's examples, compiled and run as doc tests. Two of them need the `axum` and

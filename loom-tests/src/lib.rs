@@ -27,6 +27,8 @@
 //!   `assert_refunds_explained`: a sequential counter whose refunds remove the oldest units
 //!   counted explains every answer and the window sums after joining.
 //!
+//! - `line`: the line ring's invariant once its threads have joined (`assert_established`)
+//!   and its clock arithmetic (`at`, `bucket_of`).
 //! - `log_oracle`: the exact log's definition as an oracle (`assert_log_safe`, with refunds)
 //!   and `LaggingClock`, a clock some threads read behind.
 //!
@@ -36,6 +38,8 @@
 mod gcra_oracle;
 #[cfg(slidegate_loom)]
 mod keyed;
+#[cfg(slidegate_loom)]
+mod line;
 #[cfg(slidegate_loom)]
 mod log_oracle;
 #[cfg(slidegate_loom)]
@@ -47,6 +51,8 @@ mod refund_oracle;
 pub use gcra_oracle::*;
 #[cfg(slidegate_loom)]
 pub use keyed::{FixedHasher, Keyed, keyed, spawn_evictor};
+#[cfg(slidegate_loom)]
+pub use line::{assert_established, at, bucket_of};
 #[cfg(slidegate_loom)]
 pub use log_oracle::*;
 #[cfg(slidegate_loom)]

@@ -578,7 +578,7 @@ impl<S: Slots> Slot<'_, S> {
 
 /// The largest clock reading the ring tells apart (ns, about 292 years); later ones count
 /// as it.
-const MAX_READING: u64 = (1 << 63) - 1;
+pub(crate) const MAX_READING: u64 = (1 << 63) - 1;
 
 impl<S: Slots> Ring<'_, S> {
     #[inline]
@@ -1193,7 +1193,7 @@ fn raise_mark<S: Slots>(slot: Slot<'_, S>, k: u64, mut seen: u64, mark: u64) -> 
 /// Where a fill from `front` towards `bucket` goes: `bucket` itself, unless the jump is
 /// more than `N` and within `N` of a multiple of 2³² buckets (tags would alias), in which
 /// case half-way round the tag space first.
-fn goal_for<S: Slots>(front: u64, bucket: u64, buckets: u64) -> u64 {
+pub(crate) fn goal_for<S: Slots>(front: u64, bucket: u64, buckets: u64) -> u64 {
     let gap = bucket - front;
     if gap <= buckets {
         return bucket;

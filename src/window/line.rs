@@ -1,0 +1,563 @@
+//! A ring whose count, front bucket and flags share one word: the protocol of a key's window
+//! kept in one 64-byte line of an inline table.
+//!
+//! [`ring`](super::ring) keeps three words before its slots (`front`, `goal`, `cum`); with
+//! [`Compact`] slots a window of `N = 10` buckets then needs 72 bytes, so a key's window, its
+//! key and its hash cannot share one cache line. This ring keeps one word and the `N + 1`
+//! compact slots: at `N = 10`, 8 + 44 bytes, leaving 12 for an 8-byte key and a 32-bit hash
+//! (the half slot after the eleventh). It is compiled for its tests and loom models
+//! (`loom-tests/tests/line_*.rs`) until the inline table that will hold it lands (see
+//! `docs/inline-store.md`).
+//!
+//! # The word
+//!
+//! | bits | field | meaning |
+//! |---|---|---|
+//! | 63 | [`RETIRED`] | as the ring's: every compare-and-swap expecting a word without it fails |
+//! | 62 | [`FILLING`] | a fill to bucket `front` is in progress: every charge fails |
+//! | 24..62 | *front* | the newest bucket of the window (38 bits) |
+//! | 0..24 | *count* | cost ever admitted, mod 2²⁴, the compact snapshots' width |
+//!
+//! The front is a bucket's internal index (`t / G + R`, as the ring's), exact in 38 bits when
+//! `G ≥ 2²⁶` ns ([`LINE_MIN_GRANULARITY`]): readings stop at 2⁶³ ns, so indices stay below
+//! 2³⁷ + R. A quota with shorter buckets, more than [`LINE_MAX_BUCKETS`] of them, or a limit
+//! above [`COMPACT_MAX_LIMIT`] keeps the ring of three words. There is no pending field: a
+//! key that a check across several limits reserves on keeps that ring too.
+//!
+//! # Protocol
+//! - **Fill** (the first request that sees a bucket newer than `front`): *claim* by one CAS of
+//!   the word from `(c, F)` with no flag to `(c, G, FILLING)`, `G` the goal
+//!   ([`goal_for`]: the bucket itself, or half-way round the tags after a gap near a multiple
+//!   of 2⁸ buckets). While the flag is set every charge fails (its CAS expects no flag), so the
+//!   count stays `c` and the fill's work is fixed by the word alone: each slot of `G`'s
+//!   window whose tag is not its bucket `k` is set to `(k, c)`, oldest first, by CAS from the
+//!   stale value loaded; a slot tagged `k` already is kept (a bucket of `F`'s window, or one a
+//!   helper established). Any thread that loads a word with the flag helps: it needs nothing
+//!   but the word. The thread that finds every slot established clears the flag with a CAS
+//!   from the claimed word. A helper re-loads the word after each slot load and stops if the
+//!   fill is over, so a helper that wakes late never overwrites a newer bucket.
+//! - **Check**: load the word (a flag: help, or `None` if retired), the slots the judge asks
+//!   for (tags must match: otherwise a fill moved the ring, retry); judge; an admission CASes
+//!   the word from the value loaded to the count plus the cost. A denial writes nothing.
+//!
+//! # Why this is the ring's protocol with fewer words
+//! The ring's fill needs `goal` because its count keeps moving while it fills: helpers read
+//! different counts, and two fills with different goals could interleave. Here fills are
+//! serialized by the claim (it is a CAS from a word without the flag), and a claimed fill's
+//! count cannot move, so:
+//! - **Every snapshot is a count read no earlier than every admission counted in an older
+//!   bucket.** The fill's `c` is the count at the claim; every admission judged at a bucket
+//!   `≤ F` landed before the claim (it CASed a word without the flag, before the claim's CAS
+//!   in the word's modification order), and none lands during the fill. An admission judged
+//!   at `F` that lands after the fill is counted in `G`'s buckets, later than its clock's:
+//!   toward denial, as in the ring ("Why Strict never over-admits" there holds unchanged).
+//! - **Snapshots are monotone across the window.** Kept slots hold counts taken at or before
+//!   earlier claims, at most `c` (counts only grow), and refunds raise no snapshot above the
+//!   count they read (below). New slots hold `c`.
+//! - **Tags never alias** for the ring's reason: `goal_for` keeps a jump's distance from
+//!   `front`, mod 2⁸, in `N + 1 ..= 2⁸ − N − 1`, so a stale slot's tag is never its new
+//!   bucket's, and a kept slot's tag is.
+//! - **Readers see established slots.** The flag is cleared by a Release CAS after the
+//!   clearer's Acquire loads found every slot of the window established (by its own CAS or
+//!   another helper's Release CAS); a reader's Acquire load of a word without the flag and
+//!   front `G` therefore sees them all, or later values of them (a refund's raise, or a
+//!   newer fill's, which changes the tag and tears the reading).
+//! - **A late helper.** It CASes a slot from the stale value it loaded only after re-loading
+//!   the word and finding the same fill still in progress; if the fill completes in between,
+//!   the slot holds `(k, c)` or a later value and the CAS fails. (It could succeed only if the
+//!   slot came back to the exact value loaded, which takes the tag's 2⁸ buckets of fills while
+//!   the helper stalls between two instructions: the ring's assumption too.)
+//!
+//! # Refunds
+//! As the ring's ("Refunds"), without the barrier. The refund reads the word without the flag
+//! (count `c`, front `F`) and the oldest snapshot `s`, and raises the window's snapshots,
+//! newest first, to `s' ≤ c`. A fill claimed after that load claimed from a word at least as
+//! late, so its count, which every new slot gets, is at least `c ≥ s'`; a fill claimed before
+//! it had finished (the load found no flag). So no fill establishes a newer bucket below a
+//! raised older one, which is what the ring's barrier (a no-op CAS of `goal`) ensures.
+//!
+//! # Retirement
+//! As the ring's: an idle retirement CASes the word from a reading whose window is empty to
+//! the word with [`RETIRED`]; a forced one sets the bit. A fill in progress finds it at its
+//! next re-load, stops, and its clearing CAS fails: a retired ring is never read again.
+
+use core::cell::Cell;
+
+use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::window::cum::RETIRED;
+use crate::window::ring::{COMPACT_MAX_LIMIT, Compact, MAX_READING, Ring, Slots, goal_for};
+
+/// The flag of a fill in progress (see the module documentation).
+pub(crate) const FILLING: u64 = 1 << 62;
+
+/// The bits of the word that count admitted cost (mod 2²⁴, the compact snapshots' width).
+const COUNT: u64 = (1 << 24) - 1;
+
+/// The shift of the front field.
+const FRONT_SHIFT: u32 = 24;
+
+/// The bits of the front field, before its shift.
+const FRONT: u64 = (1 << 38) - 1;
+
+/// The shortest bucket (ns) whose indices fit the front field: 2²⁶ ns, about 67 ms.
+pub(crate) const LINE_MIN_GRANULARITY: u64 = 1 << 26;
+
+// The bucket of the latest reading the ring tells apart fits the front field.
+const _: () = assert!(MAX_READING / LINE_MIN_GRANULARITY + LINE_MAX_BUCKETS < FRONT);
+
+/// The most buckets a line ring has: eleven compact slots fill 44 bytes of a 64-byte line.
+pub(crate) const LINE_MAX_BUCKETS: u64 = 10;
+
+/// The front bucket of `word`.
+#[inline(always)]
+fn front_of(word: u64) -> u64 {
+    (word >> FRONT_SHIFT) & FRONT
+}
+
+/// `word` with `cost` added to its count, wrapping within the count's bits.
+#[inline(always)]
+fn add_count(word: u64, cost: u64) -> u64 {
+    (word & !COUNT) | (word.wrapping_add(cost) & COUNT)
+}
+
+/// A window of `N` buckets on a state word and the words of its `N + 1` compact slots.
+#[derive(Clone, Copy)]
+pub(crate) struct Line<'a> {
+    word: &'a AtomicU64,
+    slots: &'a [AtomicU64],
+    /// `N`.
+    buckets: u64,
+}
+
+/// How [`Line::raise`] ended: as the ring's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Raised {
+    Oldest(u32),
+    Moved,
+    Lost,
+}
+
+/// A reading of the ring, handed to the judge of [`Line::read`].
+pub(crate) struct LineReading<'a> {
+    line: &'a Line<'a>,
+    front: u64,
+    /// The internal index of the bucket judged.
+    pub(crate) bucket: u64,
+    /// Nanoseconds into that bucket (what Weighted's rule weighs the oldest bucket by; the
+    /// models judge Strict only).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) offset: u64,
+    /// The word as read.
+    word: u64,
+    torn: Cell<bool>,
+}
+
+impl LineReading<'_> {
+    /// The cost admitted in buckets `b − N + j ..= b`.
+    pub(crate) fn tail(&self, j: u64) -> u64 {
+        let k = self.bucket - self.line.buckets + j;
+        if k > self.front {
+            // Nothing is counted in a bucket newer than `front`.
+            return 0;
+        }
+        // Acquire: pairs with the Release of the CAS that established or raised the slot.
+        let slot = self.line.load_slot(k, Ordering::Acquire);
+        let count = Compact::count(self.word);
+        let snapshot = Compact::snapshot_of(slot);
+        if Compact::tag_of(slot) != Compact::tag(k) {
+            // A fill moved the ring since the word was loaded.
+            self.torn.set(true);
+            return 0;
+        }
+        if !Compact::at_or_after(count, snapshot) {
+            // A refund raised the snapshot past this reading's count (only possible if the
+            // count moved since): read again.
+            self.torn.set(true);
+            return 0;
+        }
+        u64::from(Compact::since(count, snapshot))
+    }
+}
+
+impl<'a> Line<'a> {
+    /// The number of words a line ring of `buckets` buckets needs: the word and its slots'.
+    pub(crate) fn words(buckets: u64) -> usize {
+        1 + Compact::words(buckets + 1)
+    }
+
+    /// The initial value of word `i` of a line ring of `buckets` buckets that has admitted
+    /// nothing: the ring's initial state (front `R`, buckets `1 ..= R` with snapshot 0).
+    pub(crate) fn initial(buckets: u64, i: usize) -> u64 {
+        match i {
+            0 => (buckets + 1) << FRONT_SHIFT,
+            _ => Compact::initial_word(i - 1, buckets + 1, |s| {
+                Ring::<Compact>::initial_slot(buckets, s as usize)
+            }),
+        }
+    }
+
+    /// Whether a quota of `limit` over `buckets` buckets of `granularity` ns fits a line ring.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn fits(limit: u64, buckets: u64, granularity: u64) -> bool {
+        limit <= COMPACT_MAX_LIMIT
+            && (1..=LINE_MAX_BUCKETS).contains(&buckets)
+            && granularity >= LINE_MIN_GRANULARITY
+    }
+
+    /// The ring of `buckets` buckets on `words` (at least [`Line::words`], initialised by
+    /// [`Line::initial`]).
+    pub(crate) fn on(words: &'a [AtomicU64], buckets: u64) -> Line<'a> {
+        let (word, slots) = words.split_first().expect("a line ring has a word");
+        Line {
+            word,
+            slots,
+            buckets,
+        }
+    }
+
+    #[inline(always)]
+    fn index(&self, bucket: u64) -> usize {
+        (bucket % (self.buckets + 1)) as usize
+    }
+
+    #[inline(always)]
+    fn load_slot(&self, bucket: u64, order: Ordering) -> u64 {
+        Compact::load(self.slots, self.index(bucket), order)
+    }
+
+    /// Reads the ring consistently at time `now()`, hands the reading to `judge`, and returns
+    /// what it returned with the word judged on (for [`Line::try_charge`]). With `establish`
+    /// the ring is first moved to the bucket of `now`; otherwise nothing is written. `None` if
+    /// the ring is retired.
+    pub(crate) fn read<T>(
+        &self,
+        granularity: u64,
+        now: impl Fn() -> u64,
+        establish: bool,
+        mut judge: impl FnMut(&LineReading<'_>) -> T,
+    ) -> Option<(T, u64)> {
+        debug_assert!(granularity >= LINE_MIN_GRANULARITY);
+        let len = self.buckets + 1;
+        let mut t = None;
+        let mut reread = false;
+        loop {
+            let now_t = (*t.get_or_insert_with(&now)).min(MAX_READING);
+            // Acquire: pairs with the Release of the CAS that cleared a fill's flag (every
+            // slot of the window is then visible) and of admissions.
+            let word = self.word.load(Ordering::Acquire);
+            if word & RETIRED != 0 {
+                return None;
+            }
+            if word & FILLING != 0 {
+                self.fill(word);
+                continue;
+            }
+            let front = front_of(word);
+            let (mut bucket, mut offset) = (now_t / granularity + len, now_t % granularity);
+            if bucket < front {
+                // Someone read a later time: read the clock once more, then judge at the
+                // start of bucket `front`, as the ring does.
+                if !reread {
+                    (t, reread) = (None, true);
+                    continue;
+                }
+                (bucket, offset) = (front, 0);
+            }
+            if bucket > front && establish {
+                let goal = goal_for::<Compact>(front, bucket, self.buckets);
+                let claimed = (word & COUNT) | (goal << FRONT_SHIFT) | FILLING;
+                // AcqRel: the claim is ordered after every admission it counts (Acquire) and
+                // read by helpers (Release). Losing it means the word moved: read again.
+                if self
+                    .word
+                    .compare_exchange(word, claimed, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    self.fill(claimed);
+                }
+                continue;
+            }
+            let reading = LineReading {
+                line: self,
+                front,
+                bucket,
+                offset,
+                word,
+                torn: Cell::new(false),
+            };
+            let verdict = judge(&reading);
+            if !reading.torn.get() {
+                return Some((verdict, word));
+            }
+            (t, reread) = (None, false);
+        }
+    }
+
+    /// Charges `cost` if the word is still `seen` (the word a judgement was made on).
+    pub(crate) fn try_charge(&self, seen: u64, cost: u64) -> bool {
+        // AcqRel: Release publishes the admission to readers of the word; Acquire keeps a
+        // later read of this thread after it. Fails on a retired ring or a claimed fill.
+        self.word
+            .compare_exchange(
+                seen,
+                add_count(seen, cost),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Completes the fill claimed in `claimed` (a word with [`FILLING`]), unless it is over.
+    fn fill(&self, claimed: u64) {
+        let goal = front_of(claimed);
+        let snapshot = Compact::count(claimed);
+        let backoff = Backoff::new();
+        for k in goal - self.buckets..=goal {
+            let i = self.index(k);
+            loop {
+                // Acquire: pairs with the Release of another helper's CAS, which the clearing
+                // CAS below then publishes on.
+                let seen = Compact::load(self.slots, i, Ordering::Acquire);
+                if Compact::tag_of(seen) == Compact::tag(k) {
+                    break;
+                }
+                // Acquire: if the fill is over, `seen` may be a newer bucket's.
+                if self.word.load(Ordering::Acquire) != claimed {
+                    return;
+                }
+                // AcqRel: Release publishes the slot to the clearer.
+                if Compact::compare_exchange(
+                    self.slots,
+                    i,
+                    seen,
+                    Compact::pack(k, snapshot),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                {
+                    break;
+                }
+                backoff.spin();
+            }
+        }
+        // AcqRel: Release publishes every slot of the window to readers of the cleared word.
+        // Fails if another helper cleared it, or the ring was retired.
+        let _ = self.word.compare_exchange(
+            claimed,
+            claimed & !FILLING,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Frees up to `n` units of room now by expiring the oldest units counted in the window
+    /// of `now()`; returns how many. `None` if the ring is retired.
+    pub(crate) fn refund(&self, granularity: u64, now: impl Fn() -> u64, n: u64) -> Option<u64> {
+        let backoff = Backoff::new();
+        let mut left = n;
+        let mut freed = 0;
+        while left > 0 {
+            let read = self.read(granularity, &now, true, |r| {
+                let counted = r.tail(0);
+                let oldest = r.bucket - self.buckets;
+                // The oldest bucket's snapshot, which `tail(0)` subtracted.
+                let from = Compact::since(Compact::count(r.word), counted as u32);
+                (r.front.min(r.bucket), oldest, from, counted)
+            });
+            let Some(((front, oldest, from, counted), _)) = read else {
+                return (freed > 0).then_some(freed);
+            };
+            let raise = left.min(counted).min(Compact::MAX_RAISE);
+            if raise == 0 {
+                break;
+            }
+            match self.raise(oldest, front, Compact::ahead(from, raise as u32)) {
+                Raised::Oldest(units) => {
+                    freed += u64::from(units);
+                    left -= u64::from(units);
+                }
+                Raised::Moved => return Some(freed + raise),
+                Raised::Lost => backoff.spin(),
+            }
+        }
+        Some(freed)
+    }
+
+    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`:
+    /// the ring's [`raise`](super::ring), on this ring's slots.
+    fn raise(&self, oldest: u64, front: u64, to: u32) -> Raised {
+        for k in (oldest..=front).rev() {
+            let i = self.index(k);
+            // Acquire: pairs with the Release of the CAS that established or raised it.
+            let mut seen = Compact::load(self.slots, i, Ordering::Acquire);
+            loop {
+                if Compact::tag_of(seen) != Compact::tag(k) {
+                    // Recycled by a fill, and so is every older slot (fills go oldest first).
+                    return Raised::Moved;
+                }
+                let snapshot = Compact::snapshot_of(seen);
+                let reached = Compact::later(snapshot, to) == snapshot;
+                if reached && k == oldest {
+                    return Raised::Lost;
+                }
+                if reached {
+                    break;
+                }
+                // AcqRel: Release publishes the raise; Acquire on failure as the load.
+                match Compact::compare_exchange(
+                    self.slots,
+                    i,
+                    seen,
+                    Compact::with_snapshot(seen, to),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) if k == oldest => {
+                        return Raised::Oldest(Compact::since(to, snapshot));
+                    }
+                    Ok(_) => break,
+                    Err(now_seen) => seen = now_seen,
+                }
+            }
+        }
+        Raised::Lost
+    }
+
+    /// Retires the ring if its window is empty at `now` and at every later time (the ring's
+    /// [`Ring::retire_idle`]); `true` if this call retired it.
+    pub(crate) fn retire_idle(&self, granularity: u64, now: u64) -> bool {
+        let Some((empty, seen)) = self.read(granularity, || now, false, |r| r.tail(0) == 0) else {
+            return false;
+        };
+        // AcqRel: success proves nothing was admitted, and no fill claimed, since the load.
+        empty
+            && self
+                .word
+                .compare_exchange(seen, seen | RETIRED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Retires the ring whatever it holds; `true` if this call retired it.
+    pub(crate) fn retire_now(&self) -> bool {
+        crate::window::cum::retire_now(self.word)
+    }
+
+    /// The total cost ever admitted (wrapping at 2²⁴).
+    pub(crate) fn admitted(&self) -> u64 {
+        // Acquire: for callers that read after joining.
+        self.word.load(Ordering::Acquire) & COUNT
+    }
+
+    /// The front bucket and the `(tag, snapshot)` of each slot of its window, oldest first,
+    /// read after the ring is quiet (for the tests' invariant checks).
+    #[cfg(any(test, slidegate_loom))]
+    pub(crate) fn window(&self) -> (u64, Vec<(u32, u32)>) {
+        let front = front_of(self.word.load(Ordering::Acquire));
+        let slots = (front - self.buckets..=front)
+            .map(|k| {
+                let slot = self.load_slot(k, Ordering::Acquire);
+                (Compact::tag_of(slot), Compact::snapshot_of(slot))
+            })
+            .collect();
+        (front, slots)
+    }
+}
+
+/// A Strict check of `cost` against `limit` on `line` at `now()`: the sliding-window
+/// counter's rule (the window sum is `tail(0)`), for the tests and loom models. `None` if
+/// the ring is retired.
+#[cfg(any(test, slidegate_loom))]
+pub(crate) fn check_strict(
+    line: &Line<'_>,
+    granularity: u64,
+    now: impl Fn() -> u64,
+    limit: u64,
+    cost: u64,
+) -> Option<bool> {
+    let backoff = Backoff::new();
+    loop {
+        let (fits, seen) = line.read(granularity, &now, true, |r| r.tail(0) + cost <= limit)?;
+        if !fits {
+            return Some(false);
+        }
+        if line.try_charge(seen, cost) {
+            return Some(true);
+        }
+        backoff.spin();
+    }
+}
+
+#[cfg(all(test, not(slidegate_loom)))]
+mod tests;
+
+/// A line ring with its own words, for the loom models (`loom-tests/tests/line_*.rs`):
+/// buckets of [`LINE_MIN_GRANULARITY`] ns, Strict checks.
+#[cfg(slidegate_loom)]
+pub struct LoomLine {
+    words: Box<[AtomicU64]>,
+    buckets: u64,
+}
+
+#[cfg(slidegate_loom)]
+impl LoomLine {
+    /// The length of a bucket (ns).
+    pub const GRANULARITY: u64 = LINE_MIN_GRANULARITY;
+
+    /// A fresh ring of `buckets` buckets.
+    pub fn new(buckets: u64) -> LoomLine {
+        LoomLine {
+            words: (0..Line::words(buckets))
+                .map(|i| AtomicU64::new(Line::initial(buckets, i)))
+                .collect(),
+            buckets,
+        }
+    }
+
+    fn line(&self) -> Line<'_> {
+        Line::on(&self.words, self.buckets)
+    }
+
+    /// A Strict check of `cost` against `limit` at `t` (`None`: retired).
+    pub fn check(&self, t: u64, limit: u64, cost: u64) -> Option<bool> {
+        check_strict(&self.line(), Self::GRANULARITY, || t, limit, cost)
+    }
+
+    /// The window sum at `t`, read without writing (`None`: retired).
+    pub fn sum(&self, t: u64) -> Option<u64> {
+        let line = self.line();
+        line.read(Self::GRANULARITY, || t, false, |r| r.tail(0))
+            .map(|r| r.0)
+    }
+
+    /// A refund of up to `n` units at `t`: the units freed (`None`: retired).
+    pub fn refund(&self, t: u64, n: u64) -> Option<u64> {
+        self.line().refund(Self::GRANULARITY, || t, n)
+    }
+
+    /// The total admitted (mod 2²⁴).
+    pub fn admitted(&self) -> u64 {
+        self.line().admitted()
+    }
+
+    /// The front bucket (an internal index: `t / G + N + 1`) and the `(tag, snapshot)` of
+    /// each slot of its window, oldest first.
+    pub fn window(&self) -> (u64, Vec<(u32, u32)>) {
+        self.line().window()
+    }
+
+    /// Retires the ring if its window is empty at `t`: `true` if this call retired it.
+    pub fn retire_idle(&self, t: u64) -> bool {
+        self.line().retire_idle(Self::GRANULARITY, t)
+    }
+
+    /// Retires the ring whatever it holds: `true` if this call retired it.
+    pub fn retire_now(&self) -> bool {
+        self.line().retire_now()
+    }
+
+    /// Whether a fill's flag is set.
+    pub fn filling(&self) -> bool {
+        self.words[0].load(Ordering::Acquire) & FILLING != 0
+    }
+}

@@ -1,0 +1,229 @@
+//! The line ring's tests: its word's fields, and the same answers as the three-word ring of
+//! compact slots on any single-threaded sequence of checks, refunds and clock jumps.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::window::ring::{self, JudgedCum};
+
+/// The shortest bucket a line ring takes.
+const G: u64 = LINE_MIN_GRANULARITY;
+
+fn owned(buckets: u64) -> Box<[AtomicU64]> {
+    (0..Line::words(buckets))
+        .map(|i| AtomicU64::new(Line::initial(buckets, i)))
+        .collect()
+}
+
+fn ring_words(buckets: u64) -> Box<[AtomicU64]> {
+    (0..Ring::<Compact>::words(buckets))
+        .map(|i| AtomicU64::new(Ring::<Compact>::initial(buckets, i)))
+        .collect()
+}
+
+/// A Strict check on the three-word ring (`None`: retired).
+fn ring_check(ring: &Ring<'_, Compact>, t: u64, limit: u64, cost: u64) -> Option<bool> {
+    loop {
+        let (fits, seen): (bool, JudgedCum) =
+            ring.read(G, || t, true, |r| r.tail(0) + cost <= limit)?;
+        if !fits {
+            return Some(false);
+        }
+        if ring.try_charge(seen, cost) {
+            return Some(true);
+        }
+    }
+}
+
+#[test]
+fn ten_buckets_take_seven_words_with_a_half_slot_to_spare() {
+    // The word and six words of slots: eleven compact slots and one half left for a hash.
+    assert_eq!(Line::words(LINE_MAX_BUCKETS), 7);
+    assert_eq!(
+        Line::words(LINE_MAX_BUCKETS) * 8 + 8,
+        64,
+        "with an 8-byte key"
+    );
+    assert!(Line::fits(COMPACT_MAX_LIMIT, LINE_MAX_BUCKETS, G));
+    assert!(!Line::fits(COMPACT_MAX_LIMIT + 1, LINE_MAX_BUCKETS, G));
+    assert!(!Line::fits(10, LINE_MAX_BUCKETS + 1, G));
+    assert!(!Line::fits(10, 0, G));
+    assert!(!Line::fits(10, LINE_MAX_BUCKETS, G - 1));
+}
+
+#[test]
+fn the_word_packs_count_front_and_flags_apart() {
+    let word = ((FRONT - 1) << FRONT_SHIFT) | COUNT;
+    assert_eq!(front_of(word), FRONT - 1);
+    // The count wraps within its bits, never into the front.
+    assert_eq!(add_count(word, 2), ((FRONT - 1) << FRONT_SHIFT) | 1);
+    assert_eq!(front_of(word | FILLING | RETIRED), FRONT - 1);
+}
+
+#[test]
+fn a_fresh_ring_holds_an_established_empty_window() {
+    let words = owned(3);
+    let line = Line::on(&words, 3);
+    assert_eq!(line.window(), (4, vec![(1, 0), (2, 0), (3, 0), (4, 0)]));
+    // A check in a bucket far ahead fills every slot with the count.
+    assert_eq!(check_strict(&line, G, || 1000 * G + 5, 2, 1), Some(true));
+    let front = 1000 + 4;
+    let expected: Vec<_> = (front - 3..=front).map(|k| (k as u32 & 0xff, 0)).collect();
+    assert_eq!(line.window(), (front, expected));
+    assert_eq!(line.admitted(), 1);
+}
+
+#[test]
+fn strict_admits_the_limit_per_window_and_no_more() {
+    // N = 2, L = 3: three units in bucket 0, none more until bucket 0 leaves at bucket 3.
+    let words = owned(2);
+    let line = Line::on(&words, 2);
+    let check = |t: u64| check_strict(&line, G, || t, 3, 1);
+    for _ in 0..3 {
+        assert_eq!(check(1), Some(true));
+    }
+    assert_eq!(check(1), Some(false));
+    assert_eq!(
+        check(2 * G + 1),
+        Some(false),
+        "bucket 0 is still in the window"
+    );
+    assert_eq!(check(3 * G), Some(true), "bucket 0 has left");
+    assert_eq!(line.admitted(), 4);
+}
+
+#[test]
+fn a_refund_frees_the_oldest_units() {
+    let words = owned(2);
+    let line = Line::on(&words, 2);
+    let check = |t: u64| check_strict(&line, G, || t, 3, 1);
+    assert_eq!(check(1), Some(true));
+    assert_eq!(check(G + 1), Some(true));
+    assert_eq!(check(G + 2), Some(true));
+    assert_eq!(check(G + 3), Some(false));
+    assert_eq!(line.refund(G, || G + 4, 2), Some(2));
+    assert_eq!(check(G + 5), Some(true));
+    assert_eq!(check(G + 5), Some(true));
+    assert_eq!(check(G + 5), Some(false));
+    // The refund raised the oldest snapshots, newest first, to the same value.
+    let (_, slots) = line.window();
+    assert!(slots.windows(2).all(|w| w[0].1 <= w[1].1), "{slots:?}");
+    // Nothing is left to refund beyond what the window counts.
+    assert_eq!(line.refund(G, || G + 6, 10), Some(3));
+}
+
+#[test]
+fn retirement_ends_every_read_and_charge() {
+    let words = owned(2);
+    let line = Line::on(&words, 2);
+    assert_eq!(check_strict(&line, G, || 1, 3, 1), Some(true));
+    assert!(
+        !line.retire_idle(G, 2 * G),
+        "bucket 0 is in the window of bucket 2"
+    );
+    let (_, seen) = line.read(G, || 2 * G, true, |_| ()).unwrap();
+    assert!(line.retire_idle(G, 3 * G), "bucket 0 has left");
+    assert!(!line.try_charge(seen, 1));
+    assert_eq!(check_strict(&line, G, || 3 * G, 3, 1), None);
+    assert_eq!(line.refund(G, || 3 * G, 1), None);
+    assert!(!line.retire_now(), "retired already");
+
+    let words = owned(2);
+    let line = Line::on(&words, 2);
+    assert_eq!(check_strict(&line, G, || 1, 3, 1), Some(true));
+    assert!(line.retire_now());
+    assert_eq!(check_strict(&line, G, || 1, 3, 1), None);
+}
+
+#[test]
+fn a_clock_behind_the_front_is_judged_at_the_front() {
+    let words = owned(2);
+    let line = Line::on(&words, 2);
+    assert_eq!(check_strict(&line, G, || 5 * G, 3, 1), Some(true));
+    // A reading of bucket 1 is judged in bucket 5, the front: it sees that unit.
+    let front = line
+        .read(G, || G, true, |r| (r.bucket, r.tail(0)))
+        .unwrap()
+        .0;
+    assert_eq!(front, (5 + 3, 1));
+}
+
+#[test]
+fn a_fill_left_half_done_is_finished_by_the_next_reader() {
+    // A claimed fill whose filler stopped before its first slot: the word says everything a
+    // helper needs.
+    let words = owned(2);
+    let line = Line::on(&words, 2);
+    assert_eq!(check_strict(&line, G, || 1, 3, 2), Some(true));
+    let word = words[0].load(Ordering::Relaxed);
+    let claimed = (word & COUNT) | ((front_of(word) + 1) << FRONT_SHIFT) | FILLING;
+    words[0].store(claimed, Ordering::Relaxed);
+    assert_eq!(check_strict(&line, G, || G + 1, 3, 1), Some(true));
+    assert_eq!(check_strict(&line, G, || G + 1, 3, 1), Some(false));
+    let (front, slots) = line.window();
+    assert_eq!(front, 4);
+    assert_eq!(slots, vec![(2, 0), (3, 0), (4, 2)]);
+}
+
+/// One step of a single-threaded sequence.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Advance the clock by this many quarter buckets, then check this cost.
+    Check(u64, u64),
+    /// Advance the clock, then refund.
+    Refund(u64, u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u64..6, 1u64..4).prop_map(|(d, n)| Step::Check(d, n)),
+        1 => (0u64..6, 1u64..6).prop_map(|(d, n)| Step::Refund(d, n)),
+        // A jump of hundreds of buckets, across multiples of the tags' 2⁸.
+        1 => (1000u64..2100, 1u64..3).prop_map(|(d, n)| Step::Check(d, n)),
+    ]
+}
+
+proptest! {
+    /// The line ring answers every check and refund as the three-word ring does (same slot
+    /// encoding, same rule), single-threaded: one word instead of three changes no decision.
+    #[test]
+    fn answers_as_the_ring_of_three_words(
+        buckets in 1u64..=LINE_MAX_BUCKETS,
+        limit in 1u64..8,
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
+        let (lw, rw) = (owned(buckets), ring_words(buckets));
+        let line = Line::on(&lw, buckets);
+        let ring = Ring::<Compact>::from_parts(ring::packed(&rw), buckets);
+        let mut t = 0;
+        for (i, step) in steps.iter().enumerate() {
+            match *step {
+                Step::Check(d, n) => {
+                    t += d * G / 4;
+                    let ours = check_strict(&line, G, || t, limit, n);
+                    prop_assert_eq!(ours, ring_check(&ring, t, limit, n), "step {}", i);
+                }
+                Step::Refund(d, n) => {
+                    t += d * G / 4;
+                    let ours = line.refund(G, || t, n);
+                    prop_assert_eq!(ours, ring.refund(G, || t, n, |_| 0), "step {}", i);
+                }
+            }
+            let tails = |j| {
+                let ours = line.read(G, || t, false, |r| r.tail(j)).map(|r| r.0);
+                let theirs = ring.read(G, || t, false, |r| r.tail(j)).map(|r| r.0);
+                (ours, theirs)
+            };
+            let at = (
+                line.read(G, || t, false, |r| (r.bucket, r.offset)).map(|r| r.0),
+                ring.read(G, || t, false, |r| (r.bucket, r.offset)).map(|r| r.0),
+            );
+            prop_assert_eq!(at.0, at.1, "step {}", i);
+            for j in 0..=buckets {
+                let (ours, theirs) = tails(j);
+                prop_assert_eq!(ours, theirs, "step {} tail {}", i, j);
+            }
+            prop_assert_eq!(line.admitted(), ring.admitted() & COUNT);
+        }
+    }
+}
