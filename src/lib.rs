@@ -123,6 +123,10 @@ pub mod __private {
     /// The inline store's one-word ring, for its loom models (`loom-tests/tests/line_*.rs`).
     #[cfg(slidegate_loom)]
     pub use crate::window::line::LoomLine;
+
+    /// The inline store's table, for its loom models (`loom-tests/tests/inline_*.rs`).
+    #[cfg(slidegate_loom)]
+    pub use crate::keyed::inline::LoomInline;
 }
 
 /// The README's examples, compiled and run as doc tests. Two of them need the `axum` and

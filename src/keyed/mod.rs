@@ -13,6 +13,10 @@
 
 mod builder;
 pub(crate) mod entry;
+// The inline store's table, compiled for its tests and loom models until the limiter uses it
+// (see docs/inline-store.md).
+#[cfg(any(test, slidegate_loom))]
+pub(crate) mod inline;
 mod key_limit;
 mod overrides;
 mod pool;

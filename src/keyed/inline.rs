@@ -1,0 +1,476 @@
+//! The inline table: each key's window in its own 64-byte slot, found by linear probing,
+//! grown by an incremental migration that never stops a reader of another key.
+//!
+//! Compiled for its tests and loom models until the keyed limiter uses it (see
+//! `docs/inline-store.md`): `u64` keys, one quota of `N ≤ 10` buckets per table, the Strict
+//! rule.
+//!
+//! # A slot
+//! `key`, then the seven words of a [`Line`] ring: its word and six words of compact slots,
+//! eleven halves for the ring and the twelfth for the slot's *state*:
+//!
+//! | state | meaning |
+//! |---|---|
+//! | 0 | empty: a probe for a key stops here |
+//! | 1 | a tombstone: a key was evicted here; probes go on |
+//! | `LIVE \| h` | a key whose hash's low 30 bits are `h` |
+//! | `LIVE \| MOVED \| h` | that key has moved to the next table |
+//!
+//! A slot is written by the writer alone (a mutex lookups never take) before its state is
+//! published by a Release store; after that its key never changes, and its ring is changed
+//! only through the ring's protocol. A tombstone is never reused in its table: the
+//! migration that rebuilds the table drops it. So a reader that found a key's slot holds
+//! that key's slot for as long as it is pinned, whatever the writer does.
+//!
+//! # Growth: the migration
+//! When an insert would take the table past load 1/2 (tombstones included), the writer makes
+//! a next table (four times the keys, rounded up to a power of two), links it from the
+//! current one, and from then on every writer call moves [`CHUNK`] slots:
+//! 1. **Freeze**: retire the key's ring (its word's `RETIRED` bit): every charge after it
+//!    fails, so the word and slots it leaves are the key's final state in this table. A fill
+//!    in progress is frozen with its flag, and finished in the next table by its first
+//!    reader, from the word alone (the ring's protocol); a stalled helper's later write to
+//!    the old slots is lost with them, and the next table's fill writes the same values.
+//! 2. **Copy** the key and the seven words, the word without `RETIRED`, into the next table,
+//!    publishing the copy's state last (Release).
+//! 3. **Mark** the old slot `MOVED` (a compare-and-swap of the state half, Release).
+//!
+//! The three steps run under the writer's lock, so their order after the freeze is not what
+//! keeps a key whole: a lookup that finds the key in neither table falls to the writer's
+//! path and waits for the lock (`loom-tests/tests/inline_migration_racing_check.rs` passes
+//! with the mark before the copy). The mark only spares later lookups that path.
+//!
+//! New keys go to the next table. Once every slot has moved, the next table becomes the
+//! current one and the old one is retired through the epoch: readers still probing it are
+//! pinned, and it is freed only after they unpin.
+//!
+//! # Lookups
+//! Probe the table a reader loaded: a live slot whose key matches is the key's, a `MOVED` one
+//! sends the probe to the next table, and an empty slot ends the probe there: the key is
+//! in the next table if there is one (moved, or inserted since the migration started), or
+//! absent. A check on a slot whose ring is retired (frozen by a migration, or evicted) looks
+//! the key up again under the writer's lock, which the migration's three steps hold: it then
+//! finds the key's copy, or inserts a fresh window for an evicted key. Only checks of the
+//! keys in the chunk being moved wait for the lock; no other reader waits.
+//!
+//! # Why no admission is lost or counted twice
+//! A charge is a compare-and-swap of the ring's word from the value it judged on. Before the
+//! freeze it lands in the old slot, and the copy (which reads the word after the freeze)
+//! carries it; after the freeze it fails, and the check judges again on the copy. An idle
+//! eviction retires the ring from a reading whose window is empty, exactly as today's store
+//! does, and only then marks the slot a tombstone. No key ever has two live slots: the writer
+//! inserts a key only after looking it up under its lock, in every table a lookup would
+//! reach.
+
+use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
+use crate::sync::{self, AtomicU64, Mutex, Ordering};
+use crate::window::cum::RETIRED;
+use crate::window::line::{self, LINE_MIN_GRANULARITY, Line};
+use crate::window::ring::{Compact, Slots};
+
+/// The words of a slot's ring: the word and six words of compact slots.
+const RING: usize = 7;
+
+/// The half of the ring's slot words that holds the slot's state.
+const STATE: usize = 11;
+
+/// A live slot's state bit.
+const LIVE: u32 = 1 << 31;
+
+/// A moved slot's state bit (with [`LIVE`]).
+const MOVED: u32 = 1 << 30;
+
+/// The hash bits a state keeps, which also home the key (tables of up to 2³⁰ slots).
+const HASH: u32 = MOVED - 1;
+
+/// A tombstone's state.
+const TOMBSTONE: u32 = 1;
+
+/// The smallest table.
+const MIN_CAPACITY: usize = 4;
+
+/// Old slots a writer call moves while a migration is in progress.
+const CHUNK: usize = 8;
+
+/// One key's slot: a cache line.
+#[repr(C, align(64))]
+pub(crate) struct Slot {
+    key: AtomicU64,
+    ring: [AtomicU64; RING],
+}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot {
+            key: AtomicU64::new(0),
+            ring: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The slot's state. Acquire: pairs with the Release that published it, so the key and
+    /// the ring's words written before are visible.
+    fn state(&self) -> u32 {
+        Compact::load(&self.ring[1..], STATE, Ordering::Acquire) as u32
+    }
+
+    /// Changes a published state (the writer's; the ring's own halves may change meanwhile).
+    fn set_state(&self, from: u32, to: u32) {
+        let swapped = Compact::compare_exchange(
+            &self.ring[1..],
+            STATE,
+            u64::from(from),
+            u64::from(to),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        debug_assert!(swapped.is_ok(), "only the writer changes a published state");
+    }
+
+    /// The key's ring of `buckets` buckets.
+    pub(crate) fn line(&self, buckets: u64) -> Line<'_> {
+        Line::on(&self.ring, buckets)
+    }
+}
+
+struct Table {
+    mask: usize,
+    slots: Box<[Slot]>,
+    /// The table this one is migrating to (null when none).
+    next: Atomic<Table>,
+}
+
+impl Table {
+    fn new(capacity: usize) -> Table {
+        debug_assert!(capacity.is_power_of_two());
+        Table {
+            mask: capacity - 1,
+            slots: (0..capacity).map(|_| Slot::empty()).collect(),
+            next: Atomic::null(),
+        }
+    }
+
+    /// Where `key` is in this table.
+    fn probe(&self, key: u64, hash: u32) -> Probe<'_> {
+        let mut i = hash as usize & self.mask;
+        for _ in 0..=self.mask {
+            let slot = &self.slots[i];
+            let state = slot.state();
+            if state == 0 {
+                return Probe::Absent;
+            }
+            // Relaxed: the key was written before the state the Acquire above read.
+            if state & LIVE != 0 && state & HASH == hash && slot.key.load(Ordering::Relaxed) == key
+            {
+                return if state & MOVED != 0 {
+                    Probe::Moved
+                } else {
+                    Probe::Found(slot)
+                };
+            }
+            i = (i + 1) & self.mask;
+        }
+        Probe::Absent
+    }
+
+    /// Writes `key` with the ring's `words` into the first empty slot of its probe (the
+    /// writer's, in a table where it is absent), publishing the state `LIVE | hash` last.
+    fn place(&self, key: u64, hash: u32, words: &[u64; RING]) -> &Slot {
+        let mut i = hash as usize & self.mask;
+        while self.slots[i].state() != 0 {
+            i = (i + 1) & self.mask;
+        }
+        let slot = &self.slots[i];
+        slot.key.store(key, Ordering::Relaxed);
+        for (word, &value) in slot.ring.iter().zip(words).take(RING - 1) {
+            word.store(value, Ordering::Relaxed);
+        }
+        // The last word holds ring half 10 and the state: stored whole, Release, after
+        // everything else (nothing else writes an unpublished slot).
+        let last = (words[RING - 1] & u64::from(u32::MAX)) | (u64::from(LIVE | hash) << 32);
+        slot.ring[RING - 1].store(last, Ordering::Release);
+        slot
+    }
+}
+
+enum Probe<'a> {
+    Found(&'a Slot),
+    Moved,
+    Absent,
+}
+
+/// State only the writer touches.
+struct Writer {
+    len: usize,
+    tombstones: usize,
+    /// The next old slot a migration moves.
+    cursor: usize,
+}
+
+/// The table of one quota's keys (see the module documentation).
+pub(crate) struct InlineTable {
+    table: Atomic<Table>,
+    /// `N`.
+    buckets: u64,
+    writer: Mutex<Writer>,
+}
+
+/// The bits of `hash` a slot keeps.
+fn hashed(hash: u64) -> u32 {
+    hash as u32 & HASH
+}
+
+impl InlineTable {
+    /// An empty table for windows of `buckets` buckets (at most ten).
+    pub(crate) fn new(buckets: u64) -> InlineTable {
+        debug_assert!(Line::fits(1, buckets, LINE_MIN_GRANULARITY));
+        InlineTable {
+            table: Atomic::new(Table::new(MIN_CAPACITY)),
+            buckets,
+            writer: Mutex::new(Writer {
+                len: 0,
+                tombstones: 0,
+                cursor: 0,
+            }),
+        }
+    }
+
+    fn current<'g>(&self, guard: &'g Guard) -> &'g Table {
+        // Acquire: pairs with the Release store that published the table.
+        let table = self.table.load(Ordering::Acquire, guard);
+        // SAFETY: never null; a replaced table is freed through the epoch, so not before
+        // `guard` is dropped.
+        unsafe { table.deref() }
+    }
+
+    /// `key`'s live slot, if it has one: lock-free (see "Lookups").
+    pub(crate) fn find<'g>(&self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+        let hash = hashed(hash);
+        let mut table = self.current(guard);
+        loop {
+            if let Probe::Found(slot) = table.probe(key, hash) {
+                return Some(slot);
+            }
+            // Moved, or absent here: the next table, if a migration is in progress.
+            // Acquire: pairs with the Release store that linked it.
+            let next = table.next.load(Ordering::Acquire, guard);
+            if next.is_null() {
+                return None;
+            }
+            // SAFETY: a linked next table becomes the current one and is freed through the
+            // epoch only after it too is replaced, so not before `guard` is dropped.
+            table = unsafe { next.deref() };
+        }
+    }
+
+    /// `key`'s live slot, inserted with a fresh window if it has none (the writer's path).
+    pub(crate) fn insert<'g>(&self, key: u64, hash: u64, guard: &'g Guard) -> &'g Slot {
+        let mut writer = sync::lock(&self.writer);
+        self.step(&mut writer, guard);
+        if let Some(slot) = self.find(key, hash, guard) {
+            return slot;
+        }
+        let current = self.current(guard);
+        let mut target = current.next.load(Ordering::Acquire, guard);
+        if target.is_null() && (writer.len + writer.tombstones + 1) * 2 > current.mask + 1 {
+            target = self.start(&writer, current, guard);
+            writer.cursor = 0;
+            self.step(&mut writer, guard);
+            if self.table.load(Ordering::Relaxed, guard) == target {
+                // The migration finished in this step.
+                target = Shared::null();
+            }
+        }
+        let table = if target.is_null() {
+            self.current(guard)
+        } else {
+            // SAFETY: as in `find`.
+            unsafe { target.deref() }
+        };
+        let words = core::array::from_fn(|i| {
+            if i < Line::words(self.buckets) {
+                Line::initial(self.buckets, i)
+            } else {
+                0
+            }
+        });
+        writer.len += 1;
+        table.place(key, hashed(hash), &words)
+    }
+
+    /// Links a next table to `current` and returns it.
+    fn start<'g>(&self, writer: &Writer, current: &Table, guard: &'g Guard) -> Shared<'g, Table> {
+        let capacity = ((writer.len + 1) * 4).next_power_of_two().max(MIN_CAPACITY);
+        let next = Owned::new(Table::new(capacity)).into_shared(guard);
+        // Release: publishes the empty slots to lookups that follow the link.
+        current.next.store(next, Ordering::Release);
+        next
+    }
+
+    /// Moves the next [`CHUNK`] slots of a migration in progress, and ends it after the last.
+    fn step(&self, writer: &mut Writer, guard: &Guard) {
+        let old_shared = self.table.load(Ordering::Relaxed, guard);
+        // SAFETY: never null; only this writer replaces it.
+        let old = unsafe { old_shared.deref() };
+        let next_shared = old.next.load(Ordering::Relaxed, guard);
+        if next_shared.is_null() {
+            return;
+        }
+        // SAFETY: linked by this writer; freed only through the epoch.
+        let next = unsafe { next_shared.deref() };
+        let end = (writer.cursor + CHUNK).min(old.mask + 1);
+        for slot in &old.slots[writer.cursor..end] {
+            self.move_slot(slot, next);
+        }
+        writer.cursor = end;
+        if end == old.mask + 1 {
+            // Release: pairs with the Acquire in `current`.
+            self.table.store(next_shared, Ordering::Release);
+            // SAFETY: unlinked from the store; readers still probing it are pinned, and its
+            // drop frees only its own slots (its next is the current table).
+            unsafe { guard.defer_destroy(old_shared) };
+            guard.hand_over();
+            writer.tombstones = 0;
+            writer.cursor = 0;
+        }
+    }
+
+    /// Freezes, copies and marks one old slot (see "Growth: the migration").
+    fn move_slot(&self, slot: &Slot, next: &Table) {
+        let state = slot.state();
+        if state & LIVE == 0 || state & MOVED != 0 {
+            return;
+        }
+        slot.line(self.buckets).retire_now();
+        // Acquire: every charge and fill write the freeze ordered before is visible.
+        let mut words: [u64; RING] = core::array::from_fn(|i| slot.ring[i].load(Ordering::Acquire));
+        words[0] &= !RETIRED;
+        next.place(slot.key.load(Ordering::Relaxed), state & HASH, &words);
+        slot.set_state(state, state | MOVED);
+    }
+
+    /// Evicts `key` if its window is empty at `now`: `true` if it did. The slot becomes a
+    /// tombstone.
+    pub(crate) fn evict_idle(&self, key: u64, hash: u64, granularity: u64, now: u64) -> bool {
+        let guard = &epoch::pin();
+        let mut writer = sync::lock(&self.writer);
+        let Some(slot) = self.find(key, hash, guard) else {
+            return false;
+        };
+        if !slot.line(self.buckets).retire_idle(granularity, now) {
+            return false;
+        }
+        slot.set_state(slot.state(), TOMBSTONE);
+        writer.len -= 1;
+        writer.tombstones += 1;
+        true
+    }
+
+    /// Moves every slot of a migration in progress (for the tests).
+    #[cfg(test)]
+    pub(crate) fn finish_migration(&self) {
+        let guard = &epoch::pin();
+        let mut writer = sync::lock(&self.writer);
+        while !self
+            .current(guard)
+            .next
+            .load(Ordering::Relaxed, guard)
+            .is_null()
+        {
+            self.step(&mut writer, guard);
+        }
+    }
+
+    /// The current table's capacity (for the tests).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.current(&epoch::pin()).mask + 1
+    }
+
+    /// A Strict check of `cost` against `limit` on `key`'s window at `now()`, inserting the
+    /// key if absent: the table's check, for the tests and loom models.
+    pub(crate) fn check(
+        &self,
+        key: u64,
+        hash: u64,
+        granularity: u64,
+        now: impl Fn() -> u64,
+        limit: u64,
+        cost: u64,
+    ) -> bool {
+        let guard = &epoch::pin();
+        let mut slot = self.find(key, hash, guard);
+        loop {
+            let found = match slot {
+                Some(found) => found,
+                None => self.insert(key, hash, guard),
+            };
+            let line = found.line(self.buckets);
+            if let Some(allowed) = line::check_strict(&line, granularity, &now, limit, cost) {
+                return allowed;
+            }
+            // Retired: frozen by a migration or evicted. Under the lock, the key's copy or a
+            // fresh window.
+            slot = None;
+        }
+    }
+
+    /// The window sum of `key` at `now`, if it has a live slot.
+    pub(crate) fn sum(&self, key: u64, hash: u64, granularity: u64, now: u64) -> Option<u64> {
+        let guard = &epoch::pin();
+        let slot = self.find(key, hash, guard)?;
+        slot.line(self.buckets)
+            .read(granularity, || now, false, |r| r.tail(0))
+            .map(|r| r.0)
+    }
+}
+
+impl Drop for InlineTable {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no lookup is running and none can start.
+        let guard = unsafe { epoch::unprotected() };
+        let current = self.table.load(Ordering::Relaxed, guard);
+        // SAFETY: as above; the current table and its next, if any, are owned by the store.
+        unsafe {
+            let next = current.deref().next.load(Ordering::Relaxed, guard);
+            if !next.is_null() {
+                drop(next.into_owned());
+            }
+            drop(current.into_owned());
+        }
+    }
+}
+
+#[cfg(all(test, not(slidegate_loom)))]
+mod tests;
+
+/// An inline table of `u64` keys hashed by identity, for the loom models
+/// (`loom-tests/tests/inline_*.rs`): Strict checks over buckets of
+/// [`LINE_MIN_GRANULARITY`] ns.
+#[cfg(slidegate_loom)]
+pub struct LoomInline(InlineTable);
+
+#[cfg(slidegate_loom)]
+impl LoomInline {
+    /// The length of a bucket (ns).
+    pub const GRANULARITY: u64 = LINE_MIN_GRANULARITY;
+
+    /// An empty table of windows of `buckets` buckets.
+    pub fn new(buckets: u64) -> LoomInline {
+        LoomInline(InlineTable::new(buckets))
+    }
+
+    /// A Strict check of `cost` against `limit` on `key` at `t`.
+    pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
+        self.0.check(key, key, Self::GRANULARITY, || t, limit, cost)
+    }
+
+    /// `key`'s window sum at `t`, if it has a live slot.
+    pub fn sum(&self, key: u64, t: u64) -> Option<u64> {
+        self.0.sum(key, key, Self::GRANULARITY, t)
+    }
+
+    /// Evicts `key` if its window is empty at `t`.
+    pub fn evict_idle(&self, key: u64, t: u64) -> bool {
+        self.0.evict_idle(key, key, Self::GRANULARITY, t)
+    }
+}

@@ -1,0 +1,129 @@
+//! The inline table's tests: lookups, growth through migrations, eviction.
+
+use super::*;
+
+const G: u64 = LINE_MIN_GRANULARITY;
+
+fn mix(key: u64) -> u64 {
+    key.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17)
+}
+
+#[test]
+fn a_slot_is_one_cache_line() {
+    assert_eq!(core::mem::size_of::<Slot>(), 64);
+    assert_eq!(core::mem::align_of::<Slot>(), 64);
+}
+
+#[test]
+fn every_key_keeps_its_window_across_migrations() {
+    // L = 2 over N = 10 buckets: two units per key, in several tables as the table grows.
+    let table = InlineTable::new(10);
+    let keys = 1000u64;
+    for key in 0..keys {
+        assert!(table.check(key, mix(key), G, || 1, 2, 1));
+    }
+    assert!(
+        table.capacity() >= 2 * keys as usize,
+        "{}",
+        table.capacity()
+    );
+    for key in 0..keys {
+        assert!(table.check(key, mix(key), G, || 2, 2, 1), "key {key}");
+    }
+    table.finish_migration();
+    for key in 0..keys {
+        assert!(
+            !table.check(key, mix(key), G, || 3, 2, 1),
+            "key {key} over its limit"
+        );
+        assert_eq!(table.sum(key, mix(key), G, 3), Some(2), "key {key}");
+    }
+    assert_eq!(table.sum(keys, mix(keys), G, 3), None, "never checked");
+}
+
+#[test]
+fn keys_with_one_hash_are_told_apart_by_their_keys() {
+    let table = InlineTable::new(2);
+    for key in 0..20 {
+        for _ in 0..=key % 3 {
+            assert!(table.check(key, 7, G, || 1, 5, 1));
+        }
+    }
+    for key in 0..20 {
+        assert_eq!(table.sum(key, 7, G, 1), Some(key % 3 + 1), "key {key}");
+    }
+}
+
+#[test]
+fn a_check_during_a_migration_finds_its_key_in_either_table() {
+    let table = InlineTable::new(2);
+    // From four slots: the third key moves the table to 16 slots in one step, the ninth
+    // starts a migration to 64 (two steps), the 33rd one to 256, of which the 36th key's
+    // insert leaves 32 of 64 old slots moved.
+    for key in 0..36 {
+        assert!(table.check(key, mix(key), G, || 1, 3, 1));
+    }
+    let guard = &epoch::pin();
+    let current = table.current(guard);
+    let migrating = !current.next.load(Ordering::Acquire, guard).is_null();
+    // Every key is found, in the old table or the new, and charged once more.
+    assert!(migrating);
+    for key in 0..36 {
+        assert!(table.check(key, mix(key), G, || 1, 3, 1), "key {key}");
+        assert_eq!(table.sum(key, mix(key), G, 1), Some(2), "key {key}");
+    }
+    table.finish_migration();
+    assert_eq!(table.capacity(), 256);
+    for key in 0..36 {
+        assert_eq!(table.sum(key, mix(key), G, 1), Some(2), "key {key}");
+    }
+}
+
+#[test]
+fn an_idle_key_is_evicted_and_comes_back_fresh() {
+    let table = InlineTable::new(2);
+    assert!(table.check(1, mix(1), G, || 1, 1, 1));
+    assert!(
+        !table.evict_idle(1, mix(1), G, 2 * G),
+        "bucket 0 is still in the window"
+    );
+    assert!(!table.check(1, mix(1), G, || 2 * G, 1, 1));
+    assert!(table.evict_idle(1, mix(1), G, 3 * G));
+    assert_eq!(table.sum(1, mix(1), G, 3 * G), None, "a tombstone");
+    assert!(!table.evict_idle(1, mix(1), G, 3 * G), "absent");
+    assert!(table.check(1, mix(1), G, || 3 * G, 1, 1));
+    assert_eq!(table.sum(1, mix(1), G, 3 * G), Some(1));
+    // Tombstones are dropped by the next migration.
+    for key in 2..40 {
+        assert!(table.check(key, mix(key), G, || 3 * G, 1, 1));
+    }
+    table.finish_migration();
+    assert_eq!(table.sum(1, mix(1), G, 3 * G), Some(1));
+}
+
+#[test]
+fn a_fill_frozen_by_a_migration_is_finished_in_the_new_table() {
+    let table = InlineTable::new(2);
+    assert!(table.check(0, mix(0), G, || 1, 3, 2));
+    // Claim a fill to the next bucket, as a check that stopped right after its claim.
+    {
+        let guard = &epoch::pin();
+        let slot = table.find(0, mix(0), guard).unwrap();
+        let word = slot.ring[0].load(Ordering::Relaxed);
+        let front = (word >> 24) & ((1 << 38) - 1);
+        let claimed = (word & ((1 << 24) - 1)) | ((front + 1) << 24) | line::FILLING;
+        slot.ring[0].store(claimed, Ordering::Relaxed);
+    }
+    for key in 1..40 {
+        assert!(table.check(key, mix(key), G, || 1, 3, 1));
+    }
+    table.finish_migration();
+    // Bucket 1 is established with the count (2): one more unit fits, then none.
+    assert!(table.check(0, mix(0), G, || G + 1, 3, 1));
+    assert!(!table.check(0, mix(0), G, || G + 1, 3, 1));
+    assert_eq!(
+        table.sum(0, mix(0), G, 3 * G + 1),
+        Some(1),
+        "bucket 1's unit alone"
+    );
+}
