@@ -25,7 +25,7 @@ use slidegate::__private::LoomInline;
 fn a_migration_moves_a_key_under_its_checks() {
     model(|| {
         // Two keys fill the first table (4 slots) to load 1/2; the third key's insert moves
-        // the table to 16 slots, key 0 with it.
+        // the table to 8 slots, key 0 with it, in one writer call.
         let table = Arc::new(LoomInline::new(2));
         assert!(table.check(0, at(0, 1), 5, 1));
         assert!(table.check(1, at(0, 1), 5, 1));

@@ -24,8 +24,10 @@
 //!
 //! # Growth: the migration
 //! When an insert would take the table past load 1/2 (tombstones included), the writer makes
-//! a next table (four times the keys, rounded up to a power of two), links it from the
-//! current one, and from then on every writer call moves [`CHUNK`] slots:
+//! a next table (twice the keys, rounded up to a power of two), links it from the current
+//! one, and from then on every writer call moves a chunk of old slots (at least [`CHUNK`],
+//! more when the next table is small, so that the migration ends before new keys take the
+//! next table past load 1/2):
 //! 1. **Freeze**: retire the key's ring (its word's `RETIRED` bit): every charge after it
 //!    fails, so the word and slots it leaves are the key's final state in this table. A fill
 //!    in progress is frozen with its flag, and finished in the next table by its first
@@ -176,8 +178,12 @@ impl Table {
     /// writer's, in a table where it is absent), publishing the state `LIVE | hash` last.
     fn place(&self, key: u64, hash: u32, words: &[u64; RING]) -> &Slot {
         let mut i = hash as usize & self.mask;
+        let mut probed = 0;
         while self.slots[i].state() != 0 {
             i = (i + 1) & self.mask;
+            probed += 1;
+            // Unreachable: a table is kept at load 1/2 or below (see `InlineTable::start`).
+            debug_assert!(probed <= self.mask, "a full table");
         }
         let slot = &self.slots[i];
         slot.key.store(key, Ordering::Relaxed);
@@ -204,6 +210,9 @@ struct Writer {
     tombstones: usize,
     /// The next old slot a migration moves.
     cursor: usize,
+    /// Old slots a writer call moves in this migration: at least [`CHUNK`], and enough that
+    /// the migration ends before the next table's inserts could take it past load 1/2.
+    chunk: usize,
 }
 
 /// The table of one quota's keys (see the module documentation).
@@ -230,6 +239,7 @@ impl InlineTable {
                 len: 0,
                 tombstones: 0,
                 cursor: 0,
+                chunk: CHUNK,
             }),
         }
     }
@@ -272,8 +282,7 @@ impl InlineTable {
         let current = self.current(guard);
         let mut target = current.next.load(Ordering::Acquire, guard);
         if target.is_null() && (writer.len + writer.tombstones + 1) * 2 > current.mask + 1 {
-            target = self.start(&writer, current, guard);
-            writer.cursor = 0;
+            target = self.start(&mut writer, current, guard);
             self.step(&mut writer, guard);
             if self.table.load(Ordering::Relaxed, guard) == target {
                 // The migration finished in this step.
@@ -297,16 +306,30 @@ impl InlineTable {
         table.place(key, hashed(hash), &words)
     }
 
-    /// Links a next table to `current` and returns it.
-    fn start<'g>(&self, writer: &Writer, current: &Table, guard: &'g Guard) -> Shared<'g, Table> {
-        let capacity = ((writer.len + 1) * 4).next_power_of_two().max(MIN_CAPACITY);
+    /// Links a next table to `current` and returns it: twice the keys, rounded up to a power
+    /// of two (load 1/4 to 1/2 once moved), with the number of old slots each writer call
+    /// moves.
+    fn start<'g>(
+        &self,
+        writer: &mut Writer,
+        current: &Table,
+        guard: &'g Guard,
+    ) -> Shared<'g, Table> {
+        let keys = writer.len + 1;
+        let capacity = (keys * 2).next_power_of_two().max(MIN_CAPACITY);
+        // Each writer call inserts at most one key: the migration must end within the
+        // inserts that keep the next table at load 1/2 or below (every moved key, then
+        // `slack` new ones), however many of the old slots were tombstones.
+        let slack = (capacity / 2).saturating_sub(keys).max(1);
+        writer.chunk = (current.mask + 1).div_ceil(slack).max(CHUNK);
+        writer.cursor = 0;
         let next = Owned::new(Table::new(capacity)).into_shared(guard);
         // Release: publishes the empty slots to lookups that follow the link.
         current.next.store(next, Ordering::Release);
         next
     }
 
-    /// Moves the next [`CHUNK`] slots of a migration in progress, and ends it after the last.
+    /// Moves the next chunk of old slots of a migration in progress, and ends it after the last.
     fn step(&self, writer: &mut Writer, guard: &Guard) {
         let old_shared = self.table.load(Ordering::Relaxed, guard);
         // SAFETY: never null; only this writer replaces it.
@@ -317,7 +340,7 @@ impl InlineTable {
         }
         // SAFETY: linked by this writer; freed only through the epoch.
         let next = unsafe { next_shared.deref() };
-        let end = (writer.cursor + CHUNK).min(old.mask + 1);
+        let end = (writer.cursor + writer.chunk).min(old.mask + 1);
         for slot in &old.slots[writer.cursor..end] {
             self.move_slot(slot, next);
         }

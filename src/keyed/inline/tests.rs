@@ -57,9 +57,9 @@ fn keys_with_one_hash_are_told_apart_by_their_keys() {
 #[test]
 fn a_check_during_a_migration_finds_its_key_in_either_table() {
     let table = InlineTable::new(2);
-    // From four slots: the third key moves the table to 16 slots in one step, the ninth
-    // starts a migration to 64 (two steps), the 33rd one to 256, of which the 36th key's
-    // insert leaves 32 of 64 old slots moved.
+    // From four slots, the table doubles when an insert would pass load 1/2: the 33rd key
+    // starts a migration from 64 slots to 128, eight old slots per insert, and the 36th
+    // key's insert leaves it half done.
     for key in 0..36 {
         assert!(table.check(key, mix(key), G, || 1, 3, 1));
     }
@@ -73,7 +73,7 @@ fn a_check_during_a_migration_finds_its_key_in_either_table() {
         assert_eq!(table.sum(key, mix(key), G, 1), Some(2), "key {key}");
     }
     table.finish_migration();
-    assert_eq!(table.capacity(), 256);
+    assert_eq!(table.capacity(), 128);
     for key in 0..36 {
         assert_eq!(table.sum(key, mix(key), G, 1), Some(2), "key {key}");
     }
@@ -126,4 +126,26 @@ fn a_fill_frozen_by_a_migration_is_finished_in_the_new_table() {
         Some(1),
         "bucket 1's unit alone"
     );
+}
+
+#[test]
+fn a_small_next_table_is_filled_only_after_its_migration_ends() {
+    // Many evictions leave a large table of tombstones; its next table is small, so each
+    // writer call moves more old slots, and the migration ends before the new keys could
+    // fill the next table past load 1/2.
+    let table = InlineTable::new(1);
+    for key in 0..64 {
+        assert!(table.check(key, mix(key), G, || 1, 1, 1));
+    }
+    for key in 2..64 {
+        assert!(table.evict_idle(key, mix(key), G, 3 * G));
+    }
+    for key in 100..140 {
+        assert!(table.check(key, mix(key), G, || 3 * G, 1, 1), "key {key}");
+    }
+    table.finish_migration();
+    for key in (0..2).chain(100..140) {
+        assert!(table.sum(key, mix(key), G, 3 * G).is_some(), "key {key}");
+    }
+    assert!(table.capacity() <= 128, "{}", table.capacity());
 }
