@@ -70,6 +70,8 @@ use crate::window::cum::RETIRED;
 use crate::window::line::{self, LINE_MIN_GRANULARITY, Line};
 use crate::window::ring::{Compact, Slots};
 
+use super::pool::Array;
+
 /// The words of a slot's ring: the word and six words of compact slots.
 const RING: usize = 7;
 
@@ -136,7 +138,8 @@ impl Slot {
 
 struct Table {
     mask: usize,
-    slots: Box<[Slot]>,
+    /// On huge pages from 2 MiB up, as today's store's tables.
+    slots: Array<Slot>,
     /// The table this one is migrating to (null when none).
     next: Atomic<Table>,
 }
@@ -146,7 +149,7 @@ impl Table {
         debug_assert!(capacity.is_power_of_two());
         Table {
             mask: capacity - 1,
-            slots: (0..capacity).map(|_| Slot::empty()).collect(),
+            slots: Array::new(capacity, Slot::empty),
             next: Atomic::null(),
         }
     }

@@ -389,7 +389,7 @@ impl<T> Array<T> {
     /// `len` (at least 1) elements, each made by `init`.
     pub(crate) fn new(len: usize, init: impl Fn() -> T) -> Array<T> {
         let layout = Self::layout(len);
-        // SAFETY: a non-zero size (`T` is a pointer-sized atomic, `len` at least 1).
+        // SAFETY: a non-zero size (`T` is a slot of atomics, `len` at least 1).
         let raw = unsafe { alloc::alloc(layout) }.cast::<T>();
         let Some(ptr) = core::ptr::NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
