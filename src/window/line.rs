@@ -253,7 +253,13 @@ impl<'a> Line<'a> {
                 continue;
             }
             let front = front_of(word);
-            let (mut bucket, mut offset) = (now_t / granularity + len, now_t % granularity);
+            // The bucket of `now_t`, without a division when it is bucket `front` (the common
+            // case), as the ring's `locate`. `(front − R)·G ≤` some reading already seen.
+            let start = (front - len).wrapping_mul(granularity);
+            let (mut bucket, mut offset) = match now_t.checked_sub(start) {
+                Some(into) if into < granularity => (front, into),
+                _ => (now_t / granularity + len, now_t % granularity),
+            };
             if bucket < front {
                 // Someone read a later time: read the clock once more, then judge at the
                 // start of bucket `front`, as the ring does.
