@@ -85,7 +85,9 @@ use core::cell::Cell;
 
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::cum::RETIRED;
-use crate::window::ring::{COMPACT_MAX_LIMIT, Compact, MAX_READING, Ring, Slots, goal_for};
+use crate::window::ring::{
+    self, COMPACT_MAX_LIMIT, Compact, MAX_READING, Raised, Ring, Slots, goal_for,
+};
 
 /// The flag of a fill in progress (see the module documentation).
 pub(crate) const FILLING: u64 = 1 << 62;
@@ -127,14 +129,6 @@ pub(crate) struct Line<'a> {
     slots: &'a [AtomicU64],
     /// `N`.
     buckets: u64,
-}
-
-/// How [`Line::raise`] ended: as the ring's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Raised {
-    Oldest(u32),
-    Moved,
-    Lost,
 }
 
 /// A reading of the ring, handed to the judge of [`Line::read`].
@@ -378,7 +372,8 @@ impl<'a> Line<'a> {
             if raise == 0 {
                 break;
             }
-            match self.raise(oldest, front, Compact::ahead(from, raise as u32)) {
+            let to = Compact::ahead(from, raise as u32);
+            match ring::raise::<Compact>(self.slots, self.buckets + 1, oldest, front, to) {
                 Raised::Oldest(units) => {
                     freed += u64::from(units);
                     left -= u64::from(units);
@@ -388,46 +383,6 @@ impl<'a> Line<'a> {
             }
         }
         Some(freed)
-    }
-
-    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`:
-    /// the ring's [`raise`](super::ring), on this ring's slots.
-    fn raise(&self, oldest: u64, front: u64, to: u32) -> Raised {
-        for k in (oldest..=front).rev() {
-            let i = self.index(k);
-            // Acquire: pairs with the Release of the CAS that established or raised it.
-            let mut seen = Compact::load(self.slots, i, Ordering::Acquire);
-            loop {
-                if Compact::tag_of(seen) != Compact::tag(k) {
-                    // Recycled by a fill, and so is every older slot (fills go oldest first).
-                    return Raised::Moved;
-                }
-                let snapshot = Compact::snapshot_of(seen);
-                let reached = Compact::later(snapshot, to) == snapshot;
-                if reached && k == oldest {
-                    return Raised::Lost;
-                }
-                if reached {
-                    break;
-                }
-                // AcqRel: Release publishes the raise; Acquire on failure as the load.
-                match Compact::compare_exchange(
-                    self.slots,
-                    i,
-                    seen,
-                    Compact::with_snapshot(seen, to),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) if k == oldest => {
-                        return Raised::Oldest(Compact::since(to, snapshot));
-                    }
-                    Ok(_) => break,
-                    Err(now_seen) => seen = now_seen,
-                }
-            }
-        }
-        Raised::Lost
     }
 
     /// Retires the ring if its window is empty at `now` and at every later time (the ring's

@@ -227,9 +227,9 @@ mod slots;
 
 pub(crate) use slots::{COMPACT_MAX_BUCKETS, COMPACT_MAX_LIMIT, Compact, Slots, Wide};
 
-/// How [`Ring::raise`] ended.
+/// How [`raise`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Raised {
+pub(crate) enum Raised {
     /// Every snapshot of the window, the oldest last, is at least the target; this refund
     /// raised the oldest by the units given.
     Oldest(u32),
@@ -955,53 +955,10 @@ impl<S: Slots> Ring<'_, S> {
         Some(freed)
     }
 
-    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`;
-    /// the last, the oldest, must still be below `to` (its raise is the refund's moment, and
-    /// the refund frees what it raises it by: from the value the refund read, or from where
-    /// a racing refund left it, so that no raise of a newer snapshot is left unreported).
-    /// Two refunds racing across a bucket change froze the loser's raise of the newer
-    /// snapshot, unreported, when the oldest had to hold exactly the value read
-    /// (`loom-tests/tests/refund_racing_refund.rs`).
+    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`:
+    /// [`raise`] on this ring's slots.
     fn raise(&self, oldest: u64, front: u64, to: u32) -> Raised {
-        for k in (oldest..=front).rev() {
-            let slot = self.slot(k);
-            // Acquire: pairs with the Release of the CAS that established or raised it.
-            let mut seen = slot.load(Ordering::Acquire);
-            loop {
-                if S::tag_of(seen) != S::tag(k) {
-                    // Recycled by a fill, and so is every older slot (fills go oldest first).
-                    return Raised::Moved;
-                }
-                let snapshot = S::snapshot_of(seen);
-                if k == oldest && S::later(snapshot, to) == snapshot {
-                    // Another refund raised the oldest to our target or past it: our raises of
-                    // newer slots are subsumed by its, and we freed nothing.
-                    return Raised::Lost;
-                }
-                if S::later(snapshot, to) == snapshot {
-                    // At or above `to` already (a newer refund, or a later fill).
-                    break;
-                }
-                // AcqRel: Release publishes the raise to readers of the slot, after the `cum`
-                // read that bounds `to`; Acquire on failure as the load above.
-                match slot.compare_exchange(
-                    seen,
-                    S::with_snapshot(seen, to),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    // The oldest from below `to` (from the value the refund read, or from
-                    // where a racing refund left it): this refund freed `to − snapshot`, and
-                    // no raise of ours is left above the oldest snapshot unreported.
-                    Ok(_) if k == oldest => return Raised::Oldest(S::since(to, snapshot)),
-                    Ok(_) => break,
-                    Err(now_seen) => seen = now_seen,
-                }
-            }
-        }
-        // Unreachable: a refund's target is above the snapshot it read, so the oldest either
-        // returns `Lost` above or is raised from below it.
-        Raised::Lost
+        raise::<S>(self.slots, self.buckets + 1, oldest, front, to)
     }
 
     /// The total cost ever admitted (wrapping at 2³²).
@@ -1143,6 +1100,66 @@ impl<S: Slots> Ring<'_, S> {
             .front
             .compare_exchange(front, goal, Ordering::AcqRel, Ordering::Relaxed);
     }
+}
+
+/// Raises the snapshots of buckets `front ..= oldest` of the ring whose `len` slots are in
+/// `words`, newest first, to at least `to`;
+/// the last, the oldest, must still be below `to` (its raise is the refund's moment, and
+/// the refund frees what it raises it by: from the value the refund read, or from where
+/// a racing refund left it, so that no raise of a newer snapshot is left unreported).
+/// Two refunds racing across a bucket change froze the loser's raise of the newer
+/// snapshot, unreported, when the oldest had to hold exactly the value read
+/// (`loom-tests/tests/refund_racing_refund.rs`).
+pub(crate) fn raise<S: Slots>(
+    words: &[AtomicU64],
+    len: u64,
+    oldest: u64,
+    front: u64,
+    to: u32,
+) -> Raised {
+    for k in (oldest..=front).rev() {
+        let slot = Slot::<S> {
+            words,
+            i: (k % len) as usize,
+            encoding: PhantomData,
+        };
+        // Acquire: pairs with the Release of the CAS that established or raised it.
+        let mut seen = slot.load(Ordering::Acquire);
+        loop {
+            if S::tag_of(seen) != S::tag(k) {
+                // Recycled by a fill, and so is every older slot (fills go oldest first).
+                return Raised::Moved;
+            }
+            let snapshot = S::snapshot_of(seen);
+            if k == oldest && S::later(snapshot, to) == snapshot {
+                // Another refund raised the oldest to our target or past it: our raises of
+                // newer slots are subsumed by its, and we freed nothing.
+                return Raised::Lost;
+            }
+            if S::later(snapshot, to) == snapshot {
+                // At or above `to` already (a newer refund, or a later fill).
+                break;
+            }
+            // AcqRel: Release publishes the raise to readers of the slot, after the `cum`
+            // read that bounds `to`; Acquire on failure as the load above.
+            match slot.compare_exchange(
+                seen,
+                S::with_snapshot(seen, to),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                // The oldest from below `to` (from the value the refund read, or from
+                // where a racing refund left it): this refund freed `to − snapshot`, and
+                // no raise of ours is left above the oldest snapshot unreported.
+                Ok(_) if k == oldest => return Raised::Oldest(S::since(to, snapshot)),
+                Ok(_) => break,
+                Err(now_seen) => seen = now_seen,
+            }
+        }
+    }
+    // Unreachable: a refund's target is above the snapshot it read, so the oldest either
+    // returns `Lost` above or is raised from below it.
+    Raised::Lost
 }
 
 /// [`Ring::record_mark`] on `slot`, bucket `k`'s.
