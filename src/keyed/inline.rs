@@ -64,6 +64,8 @@
 //! inserts a key only after looking it up under its lock, in every table a lookup would
 //! reach.
 
+use crate::algo::sliding_counter::CounterRule;
+use crate::decision::Decision;
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
 use crate::sync::{self, AtomicU64, Mutex, Ordering};
 use crate::window::cum::RETIRED;
@@ -412,17 +414,17 @@ impl InlineTable {
         self.current(&epoch::pin()).mask + 1
     }
 
-    /// A Strict check of `cost` against `limit` on `key`'s window at `now()`, inserting the
-    /// key if absent: the table's check, for the tests and loom models.
+    /// A check of cost `n` on `key`'s window at `now()` under a counter's `rule` (Strict,
+    /// Weighted or the fixed window, of this table's buckets), inserting the key if absent.
     pub(crate) fn check(
         &self,
         key: u64,
         hash: u64,
-        granularity: u64,
+        rule: &CounterRule,
         now: impl Fn() -> u64,
-        limit: u64,
-        cost: u64,
-    ) -> bool {
+        n: u64,
+    ) -> Decision {
+        debug_assert_eq!(rule.buckets, self.buckets);
         let guard = &epoch::pin();
         let mut slot = self.find(key, hash, guard);
         loop {
@@ -430,9 +432,8 @@ impl InlineTable {
                 Some(found) => found,
                 None => self.insert(key, hash, guard),
             };
-            let line = found.line(self.buckets);
-            if let Some(allowed) = line::check_strict(&line, granularity, &now, limit, cost) {
-                return allowed;
+            if let Some(decision) = line::charge(&found.line(self.buckets), rule, &now, n) {
+                return decision;
             }
             // Retired: frozen by a migration or evicted. Under the lock, the key's copy or a
             // fresh window.
@@ -473,7 +474,7 @@ mod tests;
 /// (`loom-tests/tests/inline_*.rs`): Strict checks over buckets of
 /// [`LINE_MIN_GRANULARITY`] ns.
 #[cfg(slidegate_loom)]
-pub struct LoomInline(InlineTable);
+pub struct LoomInline(InlineTable, u64);
 
 #[cfg(slidegate_loom)]
 impl LoomInline {
@@ -482,12 +483,13 @@ impl LoomInline {
 
     /// An empty table of windows of `buckets` buckets.
     pub fn new(buckets: u64) -> LoomInline {
-        LoomInline(InlineTable::new(buckets))
+        LoomInline(InlineTable::new(buckets), buckets)
     }
 
     /// A Strict check of `cost` against `limit` on `key` at `t`.
     pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
-        self.0.check(key, key, Self::GRANULARITY, || t, limit, cost)
+        let rule = strict(limit, self.1, Self::GRANULARITY);
+        self.0.check(key, key, &rule, || t, cost).is_allowed()
     }
 
     /// `key`'s window sum at `t`, if it has a live slot.
@@ -499,4 +501,14 @@ impl LoomInline {
     pub fn evict_idle(&self, key: u64, t: u64) -> bool {
         self.0.evict_idle(key, key, Self::GRANULARITY, t)
     }
+}
+
+/// The Strict rule of `limit` over `buckets` buckets of `granularity` ns.
+#[cfg(any(test, slidegate_loom))]
+pub(crate) fn strict(limit: u64, buckets: u64, granularity: u64) -> CounterRule {
+    let g = core::time::Duration::from_nanos(granularity);
+    let quota = crate::quota::Quota::new(limit, g * buckets as u32)
+        .and_then(|quota| quota.with_granularity(g))
+        .expect("a valid quota");
+    CounterRule::new(quota)
 }

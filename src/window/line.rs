@@ -83,6 +83,8 @@
 
 use core::cell::Cell;
 
+use crate::algo::sliding_counter::CounterRule;
+use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::cum::RETIRED;
 use crate::window::ring::{
@@ -139,8 +141,9 @@ pub(crate) struct LineReading<'a> {
     pub(crate) bucket: u64,
     /// Nanoseconds into that bucket (what Weighted's rule weighs the oldest bucket by; the
     /// models judge Strict only).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) offset: u64,
+    /// How far the clock reading lies before the time judged (the ring's `Reading::lag`).
+    pub(crate) lag: u64,
     /// The word as read.
     word: u64,
     torn: Cell<bool>,
@@ -254,6 +257,7 @@ impl<'a> Line<'a> {
                 Some(into) if into < granularity => (front, into),
                 _ => (now_t / granularity + len, now_t % granularity),
             };
+            let mut lag = 0;
             if bucket < front {
                 // Someone read a later time: read the clock once more, then judge at the
                 // start of bucket `front`, as the ring does.
@@ -262,6 +266,8 @@ impl<'a> Line<'a> {
                     continue;
                 }
                 (bucket, offset) = (front, 0);
+                // Bucket `front` starts at `(front − R)·G`, after `now_t`.
+                lag = start.wrapping_sub(now_t);
             }
             if bucket > front && establish {
                 let goal = goal_for::<Compact>(front, bucket, self.buckets);
@@ -282,6 +288,7 @@ impl<'a> Line<'a> {
                 front,
                 bucket,
                 offset,
+                lag,
                 word,
                 torn: Cell::new(false),
             };
@@ -351,16 +358,24 @@ impl<'a> Line<'a> {
         );
     }
 
-    /// Frees up to `n` units of room now by expiring the oldest units counted in the window
-    /// of `now()`; returns how many. `None` if the ring is retired.
-    pub(crate) fn refund(&self, granularity: u64, now: impl Fn() -> u64, n: u64) -> Option<u64> {
+    /// Frees up to `n` units of room now by expiring the oldest units counted in buckets
+    /// `b − N + skip(reading) ..= b` of the window of `now()` (the ring's [`Ring::refund`]);
+    /// returns how many. `None` if the ring is retired.
+    pub(crate) fn refund(
+        &self,
+        granularity: u64,
+        now: impl Fn() -> u64,
+        n: u64,
+        skip: impl Fn(&LineReading<'_>) -> u64,
+    ) -> Option<u64> {
         let backoff = Backoff::new();
         let mut left = n;
         let mut freed = 0;
         while left > 0 {
             let read = self.read(granularity, &now, true, |r| {
-                let counted = r.tail(0);
-                let oldest = r.bucket - self.buckets;
+                let skip = skip(r);
+                let counted = r.tail(skip);
+                let oldest = r.bucket - self.buckets + skip;
                 // The oldest bucket's snapshot, which `tail(0)` subtracted.
                 let from = Compact::since(Compact::count(r.word), counted as u32);
                 (r.front.min(r.bucket), oldest, from, counted)
@@ -423,6 +438,63 @@ impl<'a> Line<'a> {
             .collect();
         (front, slots)
     }
+}
+
+/// A check of cost `n` on `line` under a counter's `rule` (Strict, Weighted or the fixed
+/// window; not marks, which keep the three-word ring): the ring's general loop
+/// (`counter::charge_loop`) on the line ring, with the same judgement. `None` if the ring is
+/// retired.
+pub(crate) fn charge(
+    line: &Line<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
+    debug_assert!(!rule.is_marked());
+    loop {
+        let (decision, seen) = line.read(rule.granularity, &now, true, |r| {
+            rule.judge_unmarked(r.offset, n, false, |j| r.tail(j))
+                .measured_from_reading(r.lag)
+        })?;
+        if !decision.is_allowed() || line.try_charge(seen, n) {
+            return Some(decision);
+        }
+    }
+}
+
+/// What a check of cost `n` would decide on `line` at `now()`, writing nothing: the ring's
+/// peek (`counter::decide` with `Op::Peek`). `None` if the ring is retired.
+// The loom models check admissions only: a peek writes nothing.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn peek(
+    line: &Line<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
+    line.read(rule.granularity, now, false, |r| {
+        rule.judge_unmarked(r.offset, n, true, |j| r.tail(j))
+            .measured_from_reading(r.lag)
+    })
+    .map(|(decision, _)| decision)
+}
+
+/// Frees up to `n` units of room at `now()`: the sliding window's oldest units, or the fixed
+/// window's in its current bucket alone (`counter::refund`). `None` if the ring is retired.
+// The loom models call `Line::refund` itself.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn refund(
+    line: &Line<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<u64> {
+    let skip = if rule.is_fixed_window() {
+        rule.buckets
+    } else {
+        0
+    };
+    line.refund(rule.granularity, now, n, |_| skip)
 }
 
 /// A Strict check of `cost` against `limit` on `line` at `now()`: the sliding-window
@@ -493,7 +565,7 @@ impl LoomLine {
 
     /// A refund of up to `n` units at `t`: the units freed (`None`: retired).
     pub fn refund(&self, t: u64, n: u64) -> Option<u64> {
-        self.line().refund(Self::GRANULARITY, || t, n)
+        self.line().refund(Self::GRANULARITY, || t, n, |_| 0)
     }
 
     /// The total admitted (mod 2²⁴).

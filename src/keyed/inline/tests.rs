@@ -1,8 +1,16 @@
 //! The inline table's tests: lookups, growth through migrations, eviction.
 
+use core::time::Duration;
+
 use super::*;
 
 const G: u64 = LINE_MIN_GRANULARITY;
+
+/// A Strict check of `cost` against `limit` on `key` at `t`: whether it was admitted.
+fn check(table: &InlineTable, key: u64, hash: u64, t: u64, limit: u64, cost: u64) -> bool {
+    let rule = strict(limit, table.buckets, G);
+    table.check(key, hash, &rule, || t, cost).is_allowed()
+}
 
 fn mix(key: u64) -> u64 {
     key.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17)
@@ -20,7 +28,7 @@ fn every_key_keeps_its_window_across_migrations() {
     let table = InlineTable::new(10);
     let keys = 1000u64;
     for key in 0..keys {
-        assert!(table.check(key, mix(key), G, || 1, 2, 1));
+        assert!(check(&table, key, mix(key), 1, 2, 1));
     }
     assert!(
         table.capacity() >= 2 * keys as usize,
@@ -28,12 +36,12 @@ fn every_key_keeps_its_window_across_migrations() {
         table.capacity()
     );
     for key in 0..keys {
-        assert!(table.check(key, mix(key), G, || 2, 2, 1), "key {key}");
+        assert!(check(&table, key, mix(key), 2, 2, 1), "key {key}");
     }
     table.finish_migration();
     for key in 0..keys {
         assert!(
-            !table.check(key, mix(key), G, || 3, 2, 1),
+            !check(&table, key, mix(key), 3, 2, 1),
             "key {key} over its limit"
         );
         assert_eq!(table.sum(key, mix(key), G, 3), Some(2), "key {key}");
@@ -46,7 +54,7 @@ fn keys_with_one_hash_are_told_apart_by_their_keys() {
     let table = InlineTable::new(2);
     for key in 0..20 {
         for _ in 0..=key % 3 {
-            assert!(table.check(key, 7, G, || 1, 5, 1));
+            assert!(check(&table, key, 7, 1, 5, 1));
         }
     }
     for key in 0..20 {
@@ -61,7 +69,7 @@ fn a_check_during_a_migration_finds_its_key_in_either_table() {
     // starts a migration from 64 slots to 128, eight old slots per insert, and the 36th
     // key's insert leaves it half done.
     for key in 0..36 {
-        assert!(table.check(key, mix(key), G, || 1, 3, 1));
+        assert!(check(&table, key, mix(key), 1, 3, 1));
     }
     let guard = &epoch::pin();
     let current = table.current(guard);
@@ -69,7 +77,7 @@ fn a_check_during_a_migration_finds_its_key_in_either_table() {
     // Every key is found, in the old table or the new, and charged once more.
     assert!(migrating);
     for key in 0..36 {
-        assert!(table.check(key, mix(key), G, || 1, 3, 1), "key {key}");
+        assert!(check(&table, key, mix(key), 1, 3, 1), "key {key}");
         assert_eq!(table.sum(key, mix(key), G, 1), Some(2), "key {key}");
     }
     table.finish_migration();
@@ -82,20 +90,20 @@ fn a_check_during_a_migration_finds_its_key_in_either_table() {
 #[test]
 fn an_idle_key_is_evicted_and_comes_back_fresh() {
     let table = InlineTable::new(2);
-    assert!(table.check(1, mix(1), G, || 1, 1, 1));
+    assert!(check(&table, 1, mix(1), 1, 1, 1));
     assert!(
         !table.evict_idle(1, mix(1), G, 2 * G),
         "bucket 0 is still in the window"
     );
-    assert!(!table.check(1, mix(1), G, || 2 * G, 1, 1));
+    assert!(!check(&table, 1, mix(1), 2 * G, 1, 1));
     assert!(table.evict_idle(1, mix(1), G, 3 * G));
     assert_eq!(table.sum(1, mix(1), G, 3 * G), None, "a tombstone");
     assert!(!table.evict_idle(1, mix(1), G, 3 * G), "absent");
-    assert!(table.check(1, mix(1), G, || 3 * G, 1, 1));
+    assert!(check(&table, 1, mix(1), 3 * G, 1, 1));
     assert_eq!(table.sum(1, mix(1), G, 3 * G), Some(1));
     // Tombstones are dropped by the next migration.
     for key in 2..40 {
-        assert!(table.check(key, mix(key), G, || 3 * G, 1, 1));
+        assert!(check(&table, key, mix(key), 3 * G, 1, 1));
     }
     table.finish_migration();
     assert_eq!(table.sum(1, mix(1), G, 3 * G), Some(1));
@@ -104,7 +112,7 @@ fn an_idle_key_is_evicted_and_comes_back_fresh() {
 #[test]
 fn a_fill_frozen_by_a_migration_is_finished_in_the_new_table() {
     let table = InlineTable::new(2);
-    assert!(table.check(0, mix(0), G, || 1, 3, 2));
+    assert!(check(&table, 0, mix(0), 1, 3, 2));
     // Claim a fill to the next bucket, as a check that stopped right after its claim.
     {
         let guard = &epoch::pin();
@@ -115,12 +123,12 @@ fn a_fill_frozen_by_a_migration_is_finished_in_the_new_table() {
         slot.ring[0].store(claimed, Ordering::Relaxed);
     }
     for key in 1..40 {
-        assert!(table.check(key, mix(key), G, || 1, 3, 1));
+        assert!(check(&table, key, mix(key), 1, 3, 1));
     }
     table.finish_migration();
     // Bucket 1 is established with the count (2): one more unit fits, then none.
-    assert!(table.check(0, mix(0), G, || G + 1, 3, 1));
-    assert!(!table.check(0, mix(0), G, || G + 1, 3, 1));
+    assert!(check(&table, 0, mix(0), G + 1, 3, 1));
+    assert!(!check(&table, 0, mix(0), G + 1, 3, 1));
     assert_eq!(
         table.sum(0, mix(0), G, 3 * G + 1),
         Some(1),
@@ -135,17 +143,30 @@ fn a_small_next_table_is_filled_only_after_its_migration_ends() {
     // fill the next table past load 1/2.
     let table = InlineTable::new(1);
     for key in 0..64 {
-        assert!(table.check(key, mix(key), G, || 1, 1, 1));
+        assert!(check(&table, key, mix(key), 1, 1, 1));
     }
     for key in 2..64 {
         assert!(table.evict_idle(key, mix(key), G, 3 * G));
     }
     for key in 100..140 {
-        assert!(table.check(key, mix(key), G, || 3 * G, 1, 1), "key {key}");
+        assert!(check(&table, key, mix(key), 3 * G, 1, 1), "key {key}");
     }
     table.finish_migration();
     for key in (0..2).chain(100..140) {
         assert!(table.sum(key, mix(key), G, 3 * G).is_some(), "key {key}");
     }
     assert!(table.capacity() <= 128, "{}", table.capacity());
+}
+
+#[test]
+fn a_denial_carries_the_whole_decision() {
+    // L = 1 over N = 2 buckets: a unit at t = 1 leaves the window when bucket 3 starts.
+    let table = InlineTable::new(2);
+    let rule = strict(1, 2, G);
+    assert!(table.check(1, mix(1), &rule, || 1, 1).is_allowed());
+    let denied = table.check(1, mix(1), &rule, || 1, 1);
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.remaining(), 0);
+    assert_eq!(denied.retry_after(), Some(Duration::from_nanos(3 * G - 1)));
+    assert!(table.check(1, mix(1), &rule, || 3 * G, 1).is_allowed());
 }

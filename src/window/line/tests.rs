@@ -1,9 +1,14 @@
 //! The line ring's tests: its word's fields, and the same answers as the three-word ring of
 //! compact slots on any single-threaded sequence of checks, refunds and clock jumps.
 
+use core::time::Duration;
+
 use proptest::prelude::*;
 
 use super::*;
+use crate::algo::Op;
+use crate::quota::{Mode, Quota};
+use crate::window::counter;
 use crate::window::ring::{self, JudgedCum};
 
 /// The shortest bucket a line ring takes.
@@ -101,7 +106,7 @@ fn a_refund_frees_the_oldest_units() {
     assert_eq!(check(G + 1), Some(true));
     assert_eq!(check(G + 2), Some(true));
     assert_eq!(check(G + 3), Some(false));
-    assert_eq!(line.refund(G, || G + 4, 2), Some(2));
+    assert_eq!(line.refund(G, || G + 4, 2, |_| 0), Some(2));
     assert_eq!(check(G + 5), Some(true));
     assert_eq!(check(G + 5), Some(true));
     assert_eq!(check(G + 5), Some(false));
@@ -109,7 +114,7 @@ fn a_refund_frees_the_oldest_units() {
     let (_, slots) = line.window();
     assert!(slots.windows(2).all(|w| w[0].1 <= w[1].1), "{slots:?}");
     // Nothing is left to refund beyond what the window counts.
-    assert_eq!(line.refund(G, || G + 6, 10), Some(3));
+    assert_eq!(line.refund(G, || G + 6, 10, |_| 0), Some(3));
 }
 
 #[test]
@@ -125,7 +130,7 @@ fn retirement_ends_every_read_and_charge() {
     assert!(line.retire_idle(G, 3 * G), "bucket 0 has left");
     assert!(!line.try_charge(seen, 1));
     assert_eq!(check_strict(&line, G, || 3 * G, 3, 1), None);
-    assert_eq!(line.refund(G, || 3 * G, 1), None);
+    assert_eq!(line.refund(G, || 3 * G, 1, |_| 0), None);
     assert!(!line.retire_now(), "retired already");
 
     let words = owned(2);
@@ -205,7 +210,7 @@ proptest! {
                 }
                 Step::Refund(d, n) => {
                     t += d * G / 4;
-                    let ours = line.refund(G, || t, n);
+                    let ours = line.refund(G, || t, n, |_| 0);
                     prop_assert_eq!(ours, ring.refund(G, || t, n, |_| 0), "step {}", i);
                 }
             }
@@ -224,6 +229,88 @@ proptest! {
                 prop_assert_eq!(ours, theirs, "step {} tail {}", i, j);
             }
             prop_assert_eq!(line.admitted(), ring.admitted() & COUNT);
+        }
+    }
+}
+
+/// The counter rule of `mode` over `buckets` buckets of `G` (the fixed window: one bucket).
+fn counter_rule(mode: Mode, limit: u64, buckets: u64) -> CounterRule {
+    let g = Duration::from_nanos(G);
+    let quota = match mode {
+        Mode::FixedWindow => Quota::new(limit, g).unwrap().with_mode(mode),
+        _ => Quota::new(limit, g * buckets as u32)
+            .unwrap()
+            .with_granularity(g)
+            .unwrap()
+            .with_mode(mode),
+    };
+    CounterRule::new(quota)
+}
+
+/// One call of a whole-decision sequence.
+#[derive(Clone, Debug)]
+enum Call {
+    Check(u64, u64),
+    Peek(u64, u64),
+    Refund(u64, u64),
+    /// A check whose clock reads this many quarter buckets behind the others'.
+    Behind(u64, u64),
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        6 => (0u64..6, 1u64..4).prop_map(|(d, n)| Call::Check(d, n)),
+        2 => (0u64..6, 1u64..4).prop_map(|(d, n)| Call::Peek(d, n)),
+        1 => (0u64..6, 1u64..6).prop_map(|(d, n)| Call::Refund(d, n)),
+        1 => (1000u64..2100, 1u64..3).prop_map(|(d, n)| Call::Check(d, n)),
+        1 => (1u64..8, 1u64..3).prop_map(|(d, n)| Call::Behind(d, n)),
+    ]
+}
+
+proptest! {
+    /// Under every rule the line ring holds (Strict, Weighted, the fixed window), its checks,
+    /// peeks and refunds give the whole decision the three-word ring gives — `remaining`,
+    /// `retry_after`, `reset_after` — through the same judgement, single-threaded.
+    #[test]
+    fn decides_as_the_ring_of_three_words(
+        mode in prop_oneof![Just(Mode::Strict), Just(Mode::Weighted), Just(Mode::FixedWindow)],
+        buckets in 1u64..=LINE_MAX_BUCKETS,
+        limit in 1u64..8,
+        calls in prop::collection::vec(call(), 1..60),
+    ) {
+        let rule = counter_rule(mode, limit, buckets);
+        let n_buckets = rule.buckets;
+        let (lw, rw) = (owned(n_buckets), ring_words(n_buckets));
+        let line = Line::on(&lw, n_buckets);
+        let ring = Ring::<Compact>::from_parts(ring::packed(&rw), n_buckets);
+        let mut t = 0;
+        for (i, c) in calls.iter().enumerate() {
+            // The limiters refuse a cost above the limit before any judgement.
+            match *c {
+                Call::Check(d, n) => {
+                    let n = n.min(limit);
+                    t += d * G / 4;
+                    let ours = super::charge(&line, &rule, || t, n);
+                    prop_assert_eq!(ours, counter::charge(ring, &rule, || t, n), "call {}", i);
+                }
+                Call::Peek(d, n) => {
+                    let n = n.min(limit);
+                    t += d * G / 4;
+                    let ours = super::peek(&line, &rule, || t, n);
+                    let theirs = counter::decide(ring, &rule, || t, n, Op::Peek).map(|d| d.0);
+                    prop_assert_eq!(ours, theirs, "call {}", i);
+                }
+                Call::Refund(d, n) => {
+                    t += d * G / 4;
+                    let ours = super::refund(&line, &rule, || t, n);
+                    prop_assert_eq!(ours, counter::refund(ring, &rule, || t, n), "call {}", i);
+                }
+                Call::Behind(d, n) => {
+                    let (n, at) = (n.min(limit), t.saturating_sub(d * G / 4));
+                    let ours = super::charge(&line, &rule, || at, n);
+                    prop_assert_eq!(ours, counter::charge(ring, &rule, || at, n), "call {}", i);
+                }
+            }
         }
     }
 }
