@@ -488,7 +488,7 @@ impl LoomInline {
 
     /// A Strict check of `cost` against `limit` on `key` at `t`.
     pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
-        let rule = strict(limit, self.1, Self::GRANULARITY);
+        let rule = line::strict(limit, self.1, Self::GRANULARITY);
         self.0.check(key, key, &rule, || t, cost).is_allowed()
     }
 
@@ -501,14 +501,4 @@ impl LoomInline {
     pub fn evict_idle(&self, key: u64, t: u64) -> bool {
         self.0.evict_idle(key, key, Self::GRANULARITY, t)
     }
-}
-
-/// The Strict rule of `limit` over `buckets` buckets of `granularity` ns.
-#[cfg(any(test, slidegate_loom))]
-pub(crate) fn strict(limit: u64, buckets: u64, granularity: u64) -> CounterRule {
-    let g = core::time::Duration::from_nanos(granularity);
-    let quota = crate::quota::Quota::new(limit, g * buckets as u32)
-        .and_then(|quota| quota.with_granularity(g))
-        .expect("a valid quota");
-    CounterRule::new(quota)
 }

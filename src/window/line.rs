@@ -300,6 +300,43 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// The common check on the fewest loads: the reading falls in bucket `front`, no flag is
+    /// set, and the snapshots it needs belong to the window of `front`. An admission is
+    /// judged by [`CounterRule::judge_fast`] and charged by CAS from the word loaded; a
+    /// denial by [`CounterRule::judge_denied_fast`] (`tail(1)` and `tail(N)`, the ring's
+    /// fast denial). `None`, having written nothing, for anything else (or a lost CAS): the
+    /// caller goes on with the general loop. Every reading it judges is one
+    /// [`Line::read`] could make: the same word, the same slots, the same checks of their
+    /// tags and of snapshots past the count.
+    #[inline(always)]
+    fn fast(&self, rule: &CounterRule, now: impl Fn() -> u64, n: u64) -> Option<Decision> {
+        let t = now();
+        // Acquire: as `read`'s load of the word.
+        let word = self.word.load(Ordering::Acquire);
+        if word & (FILLING | RETIRED) != 0 {
+            return None;
+        }
+        let front = front_of(word);
+        let start = (front - (self.buckets + 1)).wrapping_mul(rule.granularity);
+        let offset = t
+            .checked_sub(start)
+            .filter(|&into| into < rule.granularity)?;
+        let count = Compact::count(word);
+        let tail = |k: u64| {
+            // Acquire: as `LineReading::tail`'s load.
+            let slot = self.load_slot(k, Ordering::Acquire);
+            let snapshot = Compact::snapshot_of(slot);
+            (Compact::tag_of(slot) == Compact::tag(k) && Compact::at_or_after(count, snapshot))
+                .then(|| u64::from(Compact::since(count, snapshot)))
+        };
+        let oldest = front - self.buckets;
+        let all = tail(oldest)?;
+        match rule.judge_fast(all, offset, || tail(oldest + 1), n) {
+            Some(decision) => self.try_charge(word, n).then_some(decision),
+            None => rule.judge_denied_fast(all, offset, || tail(oldest + 1), || tail(front), n),
+        }
+    }
+
     /// Charges `cost` if the word is still `seen` (the word a judgement was made on).
     pub(crate) fn try_charge(&self, seen: u64, cost: u64) -> bool {
         // AcqRel: Release publishes the admission to readers of the word; Acquire keeps a
@@ -441,9 +478,10 @@ impl<'a> Line<'a> {
 }
 
 /// A check of cost `n` on `line` under a counter's `rule` (Strict, Weighted or the fixed
-/// window; not marks, which keep the three-word ring): the ring's general loop
-/// (`counter::charge_loop`) on the line ring, with the same judgement. `None` if the ring is
-/// retired.
+/// window; not marks, which keep the three-word ring): the common case on the fast path
+/// ([`Line::fast`]), else the ring's general loop (`counter::charge_loop`) on the line ring,
+/// with the same judgement. `None` if the ring is retired.
+#[inline]
 pub(crate) fn charge(
     line: &Line<'_>,
     rule: &CounterRule,
@@ -451,6 +489,20 @@ pub(crate) fn charge(
     n: u64,
 ) -> Option<Decision> {
     debug_assert!(!rule.is_marked());
+    if let Some(decision) = line.fast(rule, &now, n) {
+        return Some(decision);
+    }
+    charge_loop(line, rule, now, n)
+}
+
+/// [`charge`]'s general loop.
+#[inline(never)]
+fn charge_loop(
+    line: &Line<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
     loop {
         let (decision, seen) = line.read(rule.granularity, &now, true, |r| {
             rule.judge_unmarked(r.offset, n, false, |j| r.tail(j))
@@ -498,9 +550,9 @@ pub(crate) fn refund(
 }
 
 /// A Strict check of `cost` against `limit` on `line` at `now()`: the sliding-window
-/// counter's rule (the window sum is `tail(0)`), for the tests and loom models. `None` if
-/// the ring is retired.
-#[cfg(any(test, slidegate_loom))]
+/// counter's rule (the window sum is `tail(0)`) on the general read alone, for the tests.
+/// `None` if the ring is retired.
+#[cfg(test)]
 pub(crate) fn check_strict(
     line: &Line<'_>,
     granularity: u64,
@@ -519,6 +571,15 @@ pub(crate) fn check_strict(
         }
         backoff.spin();
     }
+}
+
+/// The Strict rule of `limit` over `buckets` buckets of `granularity` ns.
+pub(crate) fn strict(limit: u64, buckets: u64, granularity: u64) -> CounterRule {
+    let g = core::time::Duration::from_nanos(granularity);
+    let quota = crate::quota::Quota::new(limit, g * buckets as u32)
+        .and_then(|quota| quota.with_granularity(g))
+        .expect("a valid quota");
+    CounterRule::new(quota)
 }
 
 #[cfg(all(test, not(slidegate_loom)))]
@@ -551,9 +612,11 @@ impl LoomLine {
         Line::on(&self.words, self.buckets)
     }
 
-    /// A Strict check of `cost` against `limit` at `t` (`None`: retired).
+    /// A Strict check of `cost` against `limit` at `t` (`None`: retired): the fast path,
+    /// then the general loop.
     pub fn check(&self, t: u64, limit: u64, cost: u64) -> Option<bool> {
-        check_strict(&self.line(), Self::GRANULARITY, || t, limit, cost)
+        let rule = strict(limit, self.buckets, Self::GRANULARITY);
+        charge(&self.line(), &rule, || t, cost).map(|d| d.is_allowed())
     }
 
     /// The window sum at `t`, read without writing (`None`: retired).

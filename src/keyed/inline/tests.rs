@@ -8,7 +8,7 @@ const G: u64 = LINE_MIN_GRANULARITY;
 
 /// A Strict check of `cost` against `limit` on `key` at `t`: whether it was admitted.
 fn check(table: &InlineTable, key: u64, hash: u64, t: u64, limit: u64, cost: u64) -> bool {
-    let rule = strict(limit, table.buckets, G);
+    let rule = line::strict(limit, table.buckets, G);
     table.check(key, hash, &rule, || t, cost).is_allowed()
 }
 
@@ -162,7 +162,7 @@ fn a_small_next_table_is_filled_only_after_its_migration_ends() {
 fn a_denial_carries_the_whole_decision() {
     // L = 1 over N = 2 buckets: a unit at t = 1 leaves the window when bucket 3 starts.
     let table = InlineTable::new(2);
-    let rule = strict(1, 2, G);
+    let rule = line::strict(1, 2, G);
     assert!(table.check(1, mix(1), &rule, || 1, 1).is_allowed());
     let denied = table.check(1, mix(1), &rule, || 1, 1);
     assert!(!denied.is_allowed());
