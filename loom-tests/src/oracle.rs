@@ -596,3 +596,27 @@ pub fn assert_final(spec: &Spec, pre: &[Event], racing: &[Event], finals: &[Even
          (pre: {pre:#?}, racing: {racing:#?})"
     );
 }
+
+/// Every order of `pre` followed by an interleaving of `a` and `b` that keeps each in its
+/// own order: the calls, and for each call after `pre` whether it is `a`'s.
+pub fn interleavings<T: Copy>(pre: &[T], a: &[T], b: &[T]) -> Vec<(Vec<T>, Vec<bool>)> {
+    let n = a.len() + b.len();
+    (0u32..1 << n)
+        .filter(|mask| mask.count_ones() as usize == a.len())
+        .map(|mask| {
+            let (mut order, mut of_a) = (pre.to_vec(), Vec::with_capacity(n));
+            let (mut i, mut j) = (0, 0);
+            for bit in 0..n {
+                if mask & (1 << bit) != 0 {
+                    order.push(a[i]);
+                    i += 1;
+                } else {
+                    order.push(b[j]);
+                    j += 1;
+                }
+                of_a.push(mask & (1 << bit) != 0);
+            }
+            (order, of_a)
+        })
+        .collect()
+}

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use loom::thread;
 use loom_tests::on_both_limiters;
-use loom_tests::{Limiter, NewLimiter, Op, Spec, last_reading, run};
+use loom_tests::{Limiter, NewLimiter, Op, Spec, interleavings, last_reading, run};
 use slidegate::clock::ManualClock;
 use slidegate::{Decision, Quota, SlidingWindow};
 
@@ -68,24 +68,9 @@ fn replay(spec: &Spec, calls: &[Call]) -> Vec<Call> {
 /// Whether some interleaving of `a` and `b` (each in its own order), after `pre`, replays to
 /// exactly the answers seen.
 fn linearizable(spec: &Spec, pre: &[Call], a: &[Call], b: &[Call]) -> bool {
-    let n = a.len() + b.len();
-    (0u32..1 << n).any(|mask| {
-        if mask.count_ones() as usize != a.len() {
-            return false;
-        }
-        let (mut i, mut j) = (0, 0);
-        let mut order = pre.to_vec();
-        for bit in 0..n {
-            if mask & (1 << bit) != 0 {
-                order.push(a[i]);
-                i += 1;
-            } else {
-                order.push(b[j]);
-                j += 1;
-            }
-        }
-        replay(spec, &order) == order
-    })
+    interleavings(pre, a, b)
+        .into_iter()
+        .any(|(order, _)| replay(spec, &order) == order)
 }
 
 fn check(limiter: &Limiter) -> Call {

@@ -3,7 +3,8 @@
 //
 // Proves: two checks that are the first to see a bucket more than N buckets ahead (a jump
 // that replaces the whole window) establish it together: one claims, the other helps from
-// the word alone, each slot is written once with the claimed count, and both are charged.
+// the word alone, every slot of the new window ends up tagged with its bucket (snapshots
+// monotone, none past the count), and both are charged.
 // One of them then checks in the next bucket, claiming a second fill, while the other may
 // still be inside the first fill's loop: it must not overwrite a slot of the newer window.
 // Afterwards the ring is established at the last bucket, and its window sum is the units of

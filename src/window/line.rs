@@ -5,8 +5,9 @@
 //! [`Compact`] slots a window of `N = 10` buckets then needs 72 bytes, so a key's window, its
 //! key and its hash cannot share one cache line. This ring keeps one word and the `N + 1`
 //! compact slots: at `N = 10`, 8 + 44 bytes, leaving 12 for an 8-byte key and a 32-bit hash
-//! (the half slot after the eleventh). It is compiled for its tests and loom models
-//! (`loom-tests/tests/line_*.rs`) until the inline table that will hold it lands (see
+//! (the half slot after the eleventh). It is compiled for its tests, the inline table's
+//! ([`keyed::inline`](crate::keyed::inline)) and the loom models
+//! (`loom-tests/tests/line_*.rs`) until the keyed limiter uses it (see
 //! `docs/inline-store.md`).
 //!
 //! # The word
@@ -49,8 +50,10 @@
 //!   bucket.** The fill's `c` is the count at the claim; every admission judged at a bucket
 //!   `≤ F` landed before the claim (it CASed a word without the flag, before the claim's CAS
 //!   in the word's modification order), and none lands during the fill. An admission judged
-//!   at `F` that lands after the fill is counted in `G`'s buckets, later than its clock's:
-//!   toward denial, as in the ring ("Why Strict never over-admits" there holds unchanged).
+//!   at `F` that had not landed by the claim never does: its CAS expects the word it judged
+//!   on, with front `F`, and fails; it is judged again on the established window of `G`.
+//!   (In the three-word ring such an admission lands in `G`'s buckets instead, toward
+//!   denial; here it cannot.) "Why Strict never over-admits" there holds unchanged.
 //! - **Snapshots are monotone across the window.** Kept slots hold counts taken at or before
 //!   earlier claims, at most `c` (counts only grow), and refunds raise no snapshot above the
 //!   count they read (below). New slots hold `c`.
@@ -75,6 +78,10 @@
 //! late, so its count, which every new slot gets, is at least `c ≥ s'`; a fill claimed before
 //! it had finished (the load found no flag). So no fill establishes a newer bucket below a
 //! raised older one, which is what the ring's barrier (a no-op CAS of `goal`) ensures.
+//! A reading loads the oldest bucket's slot once, as the ring's reading does: a refund's
+//! raises land newest first and on the oldest last, so a judgement that loaded it again
+//! after the newer ones moved could count the refund in one tail and not in another
+//! (`loom-tests/tests/line_fast_denial.rs`).
 //!
 //! # Retirement
 //! As the ring's: an idle retirement CASes the word from a reading whose window is empty to
@@ -106,16 +113,25 @@ const FRONT: u64 = (1 << 38) - 1;
 /// The shortest bucket (ns) whose indices fit the front field: 2²⁶ ns, about 67 ms.
 pub(crate) const LINE_MIN_GRANULARITY: u64 = 1 << 26;
 
-// The bucket of the latest reading the ring tells apart fits the front field.
-const _: () = assert!(MAX_READING / LINE_MIN_GRANULARITY + LINE_MAX_BUCKETS < FRONT);
+// The bucket of the latest reading the ring tells apart fits the front field (an internal
+// index is `t / G + R`, `R = N + 1`).
+const _: () = assert!(MAX_READING / LINE_MIN_GRANULARITY + LINE_MAX_BUCKETS + 1 < FRONT);
 
 /// The most buckets a line ring has: eleven compact slots fill 44 bytes of a 64-byte line.
 pub(crate) const LINE_MAX_BUCKETS: u64 = 10;
 
 /// The front bucket of `word`.
 #[inline(always)]
-fn front_of(word: u64) -> u64 {
+pub(crate) fn front_of(word: u64) -> u64 {
     (word >> FRONT_SHIFT) & FRONT
+}
+
+/// The word of a fill to bucket `goal` claimed from `word`: its count, front `goal`, the
+/// flag.
+#[inline(always)]
+pub(crate) fn claim(word: u64, goal: u64) -> u64 {
+    debug_assert!(goal <= FRONT);
+    (word & COUNT) | ((goal & FRONT) << FRONT_SHIFT) | FILLING
 }
 
 /// `word` with `cost` added to its count, wrapping within the count's bits.
@@ -146,6 +162,12 @@ pub(crate) struct LineReading<'a> {
     pub(crate) lag: u64,
     /// The word as read.
     word: u64,
+    /// The slot of bucket `front − N` once loaded: a judgement reads it once, as the ring's
+    /// reading does, so that every tail it takes counts the oldest bucket alike. A refund
+    /// raises the window's snapshots newest first and this one last (its moment); a
+    /// judgement that loaded it again after the newer ones were raised could see the
+    /// refund's effect in one tail and not in another.
+    oldest: Cell<Option<u64>>,
     torn: Cell<bool>,
 }
 
@@ -157,8 +179,20 @@ impl LineReading<'_> {
             // Nothing is counted in a bucket newer than `front`.
             return 0;
         }
-        // Acquire: pairs with the Release of the CAS that established or raised the slot.
-        let slot = self.line.load_slot(k, Ordering::Acquire);
+        let slot = if k == self.front - self.line.buckets {
+            match self.oldest.get() {
+                Some(slot) => slot,
+                None => {
+                    // Acquire: as below.
+                    let slot = self.line.load_slot(k, Ordering::Acquire);
+                    self.oldest.set(Some(slot));
+                    slot
+                }
+            }
+        } else {
+            // Acquire: pairs with the Release of the CAS that established or raised the slot.
+            self.line.load_slot(k, Ordering::Acquire)
+        };
         let count = Compact::count(self.word);
         let snapshot = Compact::snapshot_of(slot);
         if Compact::tag_of(slot) != Compact::tag(k) {
@@ -224,8 +258,9 @@ impl<'a> Line<'a> {
 
     /// Reads the ring consistently at time `now()`, hands the reading to `judge`, and returns
     /// what it returned with the word judged on (for [`Line::try_charge`]). With `establish`
-    /// the ring is first moved to the bucket of `now`; otherwise nothing is written. `None` if
-    /// the ring is retired.
+    /// the ring is first moved to the bucket of `now`; without it, the only writes are to
+    /// help a fill in progress finish (every reader of a flagged word does, so that no
+    /// reader waits on a stalled claimer). `None` if the ring is retired.
     pub(crate) fn read<T>(
         &self,
         granularity: u64,
@@ -271,7 +306,7 @@ impl<'a> Line<'a> {
             }
             if bucket > front && establish {
                 let goal = goal_for::<Compact>(front, bucket, self.buckets);
-                let claimed = (word & COUNT) | (goal << FRONT_SHIFT) | FILLING;
+                let claimed = claim(word, goal);
                 // AcqRel: the claim is ordered after every admission it counts (Acquire) and
                 // read by helpers (Release). Losing it means the word moved: read again.
                 if self
@@ -290,6 +325,7 @@ impl<'a> Line<'a> {
                 offset,
                 lag,
                 word,
+                oldest: Cell::new(None),
                 torn: Cell::new(false),
             };
             let verdict = judge(&reading);
@@ -516,7 +552,8 @@ fn charge_loop(
 
 /// What a check of cost `n` would decide on `line` at `now()`, writing nothing: the ring's
 /// peek (`counter::decide` with `Op::Peek`). `None` if the ring is retired.
-// The loom models check admissions only: a peek writes nothing.
+// The loom models check admissions only: a peek writes only when it helps a fill in
+// progress, which the models' checks and sums exercise through `Line::read`.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn peek(
     line: &Line<'_>,
@@ -617,6 +654,13 @@ impl LoomLine {
     pub fn check(&self, t: u64, limit: u64, cost: u64) -> Option<bool> {
         let rule = strict(limit, self.buckets, Self::GRANULARITY);
         charge(&self.line(), &rule, || t, cost).map(|d| d.is_allowed())
+    }
+
+    /// The whole decision of a Strict check of `cost` against `limit` at `t` (`None`:
+    /// retired), as [`LoomLine::check`] makes it.
+    pub fn decide(&self, t: u64, limit: u64, cost: u64) -> Option<Decision> {
+        let rule = strict(limit, self.buckets, Self::GRANULARITY);
+        charge(&self.line(), &rule, || t, cost)
     }
 
     /// The window sum at `t`, read without writing (`None`: retired).

@@ -955,7 +955,7 @@ impl<S: Slots> Ring<'_, S> {
         Some(freed)
     }
 
-    /// Raises the snapshots of buckets `front ..= oldest`, newest first, to at least `to`:
+    /// Raises the snapshots of buckets `oldest ..= front`, newest first, to at least `to`:
     /// [`raise`] on this ring's slots.
     fn raise(&self, oldest: u64, front: u64, to: u32) -> Raised {
         raise::<S>(self.slots, self.buckets + 1, oldest, front, to)
@@ -1102,7 +1102,7 @@ impl<S: Slots> Ring<'_, S> {
     }
 }
 
-/// Raises the snapshots of buckets `front ..= oldest` of the ring whose `len` slots are in
+/// Raises the snapshots of buckets `oldest ..= front` of the ring whose `len` slots are in
 /// `words`, newest first, to at least `to`;
 /// the last, the oldest, must still be below `to` (its raise is the refund's moment, and
 /// the refund frees what it raises it by: from the value the refund read, or from where
@@ -1208,7 +1208,7 @@ fn raise_mark<S: Slots>(slot: Slot<'_, S>, k: u64, mut seen: u64, mark: u64) -> 
 }
 
 /// Where a fill from `front` towards `bucket` goes: `bucket` itself, unless the jump is
-/// more than `N` and within `N` of a multiple of 2³² buckets (tags would alias), in which
+/// more than `N` and within `N` of a multiple of `2^S::TAG_BITS` buckets (tags would alias), in which
 /// case half-way round the tag space first.
 pub(crate) fn goal_for<S: Slots>(front: u64, bucket: u64, buckets: u64) -> u64 {
     let gap = bucket - front;

@@ -63,6 +63,10 @@ fn the_word_packs_count_front_and_flags_apart() {
     // The count wraps within its bits, never into the front.
     assert_eq!(add_count(word, 2), ((FRONT - 1) << FRONT_SHIFT) | 1);
     assert_eq!(front_of(word | FILLING | RETIRED), FRONT - 1);
+    // A claim keeps the count, sets the flag, and never spills a goal into the flags.
+    let claimed = claim(word, FRONT);
+    assert_eq!((front_of(claimed), claimed & COUNT), (FRONT, COUNT));
+    assert_eq!(claimed & (FILLING | RETIRED), FILLING);
 }
 
 #[test]
@@ -161,7 +165,7 @@ fn a_fill_left_half_done_is_finished_by_the_next_reader() {
     let line = Line::on(&words, 2);
     assert_eq!(check_strict(&line, G, || 1, 3, 2), Some(true));
     let word = words[0].load(Ordering::Relaxed);
-    let claimed = (word & COUNT) | ((front_of(word) + 1) << FRONT_SHIFT) | FILLING;
+    let claimed = claim(word, front_of(word) + 1);
     words[0].store(claimed, Ordering::Relaxed);
     assert_eq!(check_strict(&line, G, || G + 1, 3, 1), Some(true));
     assert_eq!(check_strict(&line, G, || G + 1, 3, 1), Some(false));
@@ -276,8 +280,11 @@ proptest! {
         mode in prop_oneof![Just(Mode::Strict), Just(Mode::Weighted), Just(Mode::FixedWindow)],
         buckets in 1u64..=LINE_MAX_BUCKETS,
         limit in 1u64..8,
+        // Units of 2¹⁸: limits up to 7·2¹⁸ < 2²¹, whose admissions wrap the 24-bit count.
+        scale in prop_oneof![Just(1u64), Just(COMPACT_MAX_LIMIT / 8)],
         calls in prop::collection::vec(call(), 1..60),
     ) {
+        let limit = limit * scale;
         let rule = counter_rule(mode, limit, buckets);
         let n_buckets = rule.buckets;
         let (lw, rw) = (owned(n_buckets), ring_words(n_buckets));
@@ -288,29 +295,52 @@ proptest! {
             // The limiters refuse a cost above the limit before any judgement.
             match *c {
                 Call::Check(d, n) => {
-                    let n = n.min(limit);
+                    let n = (n * scale).min(limit);
                     t += d * G / 4;
                     let ours = super::charge(&line, &rule, || t, n);
                     prop_assert_eq!(ours, counter::charge(ring, &rule, || t, n), "call {}", i);
                 }
                 Call::Peek(d, n) => {
-                    let n = n.min(limit);
+                    let n = (n * scale).min(limit);
                     t += d * G / 4;
                     let ours = super::peek(&line, &rule, || t, n);
                     let theirs = counter::decide(ring, &rule, || t, n, Op::Peek).map(|d| d.0);
                     prop_assert_eq!(ours, theirs, "call {}", i);
                 }
                 Call::Refund(d, n) => {
+                    let n = n * scale;
                     t += d * G / 4;
                     let ours = super::refund(&line, &rule, || t, n);
                     prop_assert_eq!(ours, counter::refund(ring, &rule, || t, n), "call {}", i);
                 }
                 Call::Behind(d, n) => {
-                    let (n, at) = (n.min(limit), t.saturating_sub(d * G / 4));
+                    let (n, at) = ((n * scale).min(limit), t.saturating_sub(d * G / 4));
                     let ours = super::charge(&line, &rule, || at, n);
                     prop_assert_eq!(ours, counter::charge(ring, &rule, || at, n), "call {}", i);
                 }
             }
         }
     }
+}
+
+#[test]
+fn decisions_hold_across_the_wrap_of_the_count() {
+    // The count wraps at 2²⁴: eight windows of the largest compact limit. Every other bucket
+    // (Strict counts the whole oldest bucket) admits the limit, then denies one more unit,
+    // as the three-word ring does, forty times.
+    let limit = COMPACT_MAX_LIMIT;
+    let rule = counter_rule(Mode::Strict, limit, 1);
+    let (lw, rw) = (owned(1), ring_words(1));
+    let line = Line::on(&lw, 1);
+    let ring = Ring::<Compact>::from_parts(ring::packed(&rw), 1);
+    for b in 0..40 {
+        let t = 2 * b * G + G / 2;
+        for n in [limit, 1] {
+            let ours = super::charge(&line, &rule, || t, n);
+            assert_eq!(ours, counter::charge(ring, &rule, || t, n), "bucket {b}");
+            assert_eq!(ours.map(|d| d.is_allowed()), Some(n == limit), "bucket {b}");
+        }
+    }
+    // 40·2²¹ is a multiple of 2²⁴.
+    assert_eq!(line.admitted(), 0, "the count wrapped");
 }
