@@ -25,7 +25,8 @@
 //! # Growth: the migration
 //! When an insert would take the table past load 1/2 (tombstones included), the writer makes
 //! a next table (twice the keys, rounded up to a power of two), links it from the current
-//! one, and from then on every writer call moves a chunk of old slots (at least [`CHUNK`],
+//! one, and from then on every writer call (an insert or an idle eviction) moves a chunk of
+//! old slots (at least [`CHUNK`],
 //! more when the next table is small, so that the migration ends before new keys take the
 //! next table past load 1/2):
 //! 1. **Freeze**: retire the key's ring (its word's `RETIRED` bit): every charge after it
@@ -53,7 +54,8 @@
 //! absent. A check on a slot whose ring is retired (frozen by a migration, or evicted) looks
 //! the key up again under the writer's lock, which the migration's three steps hold: it then
 //! finds the key's copy, or inserts a fresh window for an evicted key. Only checks of the
-//! keys in the chunk being moved wait for the lock; no other reader waits.
+//! keys in the chunk being moved wait for the lock, with a key's first check (its insert)
+//! and the first after its eviction; no other reader waits.
 //!
 //! # Why no admission is lost or counted twice
 //! A charge is a compare-and-swap of the ring's word from the value it judged on. Before the
@@ -69,7 +71,7 @@ use crate::decision::Decision;
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
 use crate::sync::{self, AtomicU64, Mutex, Ordering};
 use crate::window::cum::RETIRED;
-use crate::window::line::{self, LINE_MIN_GRANULARITY, Line};
+use crate::window::line::{self, LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
 use crate::window::ring::{Compact, Slots};
 
 use super::pool::Array;
@@ -95,8 +97,9 @@ const TOMBSTONE: u32 = 1;
 /// The smallest table.
 const MIN_CAPACITY: usize = 4;
 
-/// Old slots a writer call moves while a migration is in progress.
-const CHUNK: usize = 8;
+/// Old slots a writer call moves while a migration is in progress, at least. One under
+/// loom, so that the models' small tables migrate over several writer calls.
+const CHUNK: usize = if cfg!(slidegate_loom) { 1 } else { 8 };
 
 /// One key's slot: a cache line.
 #[repr(C, align(64))]
@@ -212,7 +215,10 @@ enum Probe<'a> {
 /// State only the writer touches.
 struct Writer {
     len: usize,
+    /// Tombstones in the current table.
     tombstones: usize,
+    /// Tombstones in the next table, during a migration: the current table's once it ends.
+    next_tombstones: usize,
     /// The next old slot a migration moves.
     cursor: usize,
     /// Old slots a writer call moves in this migration: at least [`CHUNK`], and enough that
@@ -234,15 +240,23 @@ fn hashed(hash: u64) -> u32 {
 }
 
 impl InlineTable {
-    /// An empty table for windows of `buckets` buckets (at most ten).
+    /// An empty table for windows of `buckets` buckets.
+    ///
+    /// # Panics
+    /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
+    /// would not share the line (the caller picks the table by [`Line::fits`]).
     pub(crate) fn new(buckets: u64) -> InlineTable {
-        debug_assert!(Line::fits(1, buckets, LINE_MIN_GRANULARITY));
+        assert!(
+            Line::fits(1, buckets, LINE_MIN_GRANULARITY),
+            "an inline table holds windows of 1 to {LINE_MAX_BUCKETS} buckets, not {buckets}"
+        );
         InlineTable {
             table: Atomic::new(Table::new(MIN_CAPACITY)),
             buckets,
             writer: Mutex::new(Writer {
                 len: 0,
                 tombstones: 0,
+                next_tombstones: 0,
                 cursor: 0,
                 chunk: CHUNK,
             }),
@@ -357,7 +371,9 @@ impl InlineTable {
             // drop frees only its own slots (its next is the current table).
             unsafe { guard.defer_destroy(old_shared) };
             guard.hand_over();
-            writer.tombstones = 0;
+            // The old table's tombstones are dropped with it; those evictions made in the
+            // next table count against its load.
+            writer.tombstones = core::mem::take(&mut writer.next_tombstones);
             writer.cursor = 0;
         }
     }
@@ -378,9 +394,12 @@ impl InlineTable {
 
     /// Evicts `key` if its window is empty at `now`: `true` if it did. The slot becomes a
     /// tombstone.
+    /// A migration in progress moves its next chunk first, so that a table whose keys are
+    /// only being evicted still finishes it.
     pub(crate) fn evict_idle(&self, key: u64, hash: u64, granularity: u64, now: u64) -> bool {
         let guard = &epoch::pin();
         let mut writer = sync::lock(&self.writer);
+        self.step(&mut writer, guard);
         let Some(slot) = self.find(key, hash, guard) else {
             return false;
         };
@@ -389,7 +408,18 @@ impl InlineTable {
         }
         slot.set_state(slot.state(), TOMBSTONE);
         writer.len -= 1;
-        writer.tombstones += 1;
+        // A slot outside the current table is in the next one (moved, or inserted since the
+        // migration started).
+        let current = self.current(guard);
+        if current
+            .slots
+            .as_ptr_range()
+            .contains(&(slot as *const Slot))
+        {
+            writer.tombstones += 1;
+        } else {
+            writer.next_tombstones += 1;
+        }
         true
     }
 
@@ -406,6 +436,22 @@ impl InlineTable {
         {
             self.step(&mut writer, guard);
         }
+    }
+
+    /// The writer's count of live slots and tombstones in the current table, and the same
+    /// counted slot by slot; `None` during a migration (for the tests).
+    #[cfg(test)]
+    pub(crate) fn occupancy(&self) -> Option<((usize, usize), (usize, usize))> {
+        let guard = &epoch::pin();
+        let writer = sync::lock(&self.writer);
+        let table = self.current(guard);
+        if !table.next.load(Ordering::Relaxed, guard).is_null() {
+            return None;
+        }
+        let states = table.slots.iter().map(Slot::state);
+        let live = states.clone().filter(|s| s & LIVE != 0).count();
+        let tombstones = states.filter(|&s| s == TOMBSTONE).count();
+        Some(((writer.len, writer.tombstones), (live, tombstones)))
     }
 
     /// The current table's capacity (for the tests).
@@ -425,6 +471,8 @@ impl InlineTable {
         n: u64,
     ) -> Decision {
         debug_assert_eq!(rule.buckets, self.buckets);
+        // The caller's: a limit past the compact snapshots' range would tear every reading.
+        debug_assert!(Line::fits(rule.limit, rule.buckets, rule.granularity));
         let guard = &epoch::pin();
         let mut slot = self.find(key, hash, guard);
         loop {

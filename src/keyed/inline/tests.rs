@@ -118,8 +118,7 @@ fn a_fill_frozen_by_a_migration_is_finished_in_the_new_table() {
         let guard = &epoch::pin();
         let slot = table.find(0, mix(0), guard).unwrap();
         let word = slot.ring[0].load(Ordering::Relaxed);
-        let front = (word >> 24) & ((1 << 38) - 1);
-        let claimed = (word & ((1 << 24) - 1)) | ((front + 1) << 24) | line::FILLING;
+        let claimed = line::claim(word, line::front_of(word) + 1);
         slot.ring[0].store(claimed, Ordering::Relaxed);
     }
     for key in 1..40 {
@@ -169,4 +168,52 @@ fn a_denial_carries_the_whole_decision() {
     assert_eq!(denied.remaining(), 0);
     assert_eq!(denied.retry_after(), Some(Duration::from_nanos(3 * G - 1)));
     assert!(table.check(1, mix(1), &rule, || 3 * G, 1).is_allowed());
+}
+
+#[test]
+fn the_writer_counts_every_slot_a_table_holds() {
+    // About forty live keys; each round inserts one and evicts the key inserted forty rounds
+    // before (idle by then), so migrations start on tombstones and run over several writer
+    // calls, during which moved keys are evicted from the next table. Whenever no migration
+    // is in progress, the writer's counts are the current table's, and the table is at load
+    // 1/2 or below, tombstones included.
+    let table = InlineTable::new(2);
+    let mut migrating = 0;
+    for round in 0..600u64 {
+        let t = round * G;
+        assert!(check(&table, round, mix(round), t, 1, 1));
+        if let Some(old) = round.checked_sub(40) {
+            assert!(table.evict_idle(old, mix(old), G, t), "round {round}");
+        }
+        match table.occupancy() {
+            Some((counted, scanned)) => {
+                assert_eq!(counted, scanned, "round {round}");
+                assert!(
+                    2 * (scanned.0 + scanned.1) <= table.capacity(),
+                    "round {round}"
+                );
+            }
+            None => migrating += 1,
+        }
+    }
+    // Rounds that ended inside a migration: several migrations, each over several calls.
+    assert!(migrating >= 10, "{migrating}");
+}
+
+#[test]
+fn evictions_alone_finish_a_migration() {
+    // Inserts start a migration and stop; the writer calls of idle evictions move the rest.
+    let table = InlineTable::new(2);
+    let mut keys = 0;
+    while table.occupancy().is_some() {
+        assert!(check(&table, keys, mix(keys), 1, 1, 1));
+        keys += 1;
+    }
+    for key in 0..keys {
+        assert!(table.evict_idle(key, mix(key), G, 4 * G), "key {key}");
+    }
+    let Some(((len, _), (live, _))) = table.occupancy() else {
+        panic!("the migration is still in progress after {keys} evictions");
+    };
+    assert_eq!((len, live), (0, 0));
 }
