@@ -489,6 +489,31 @@ impl InlineTable {
         }
     }
 
+    /// Frees up to `n` units of `key`'s window at `now()` under a counter's `rule`
+    /// ([`line::refund`]: the sliding window's oldest units, the fixed window's current
+    /// bucket's); `None` if the key has no live slot.
+    ///
+    /// Under the writer's lock, which every migration step holds: a refund raises the
+    /// ring's snapshots, not its word, so the freeze that stops charges does not stop it,
+    /// and a raise landing while the copy reads the slots would be lost, or copied in part
+    /// (`loom-tests/tests/inline_refund_racing_migration.rs`). Refunds are rarer than
+    /// checks; a check never waits for one.
+    pub(crate) fn refund(
+        &self,
+        key: u64,
+        hash: u64,
+        rule: &CounterRule,
+        now: impl Fn() -> u64,
+        n: u64,
+    ) -> Option<u64> {
+        debug_assert_eq!(rule.buckets, self.buckets);
+        let guard = &epoch::pin();
+        let _writer = sync::lock(&self.writer);
+        let slot = self.find(key, hash, guard)?;
+        // A slot found under the lock is live: its ring is retired only under the lock.
+        line::refund(&slot.line(self.buckets), rule, now, n)
+    }
+
     /// The window sum of `key` at `now`, if it has a live slot.
     pub(crate) fn sum(&self, key: u64, hash: u64, granularity: u64, now: u64) -> Option<u64> {
         let guard = &epoch::pin();
@@ -538,6 +563,13 @@ impl LoomInline {
     pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
         let rule = line::strict(limit, self.1, Self::GRANULARITY);
         self.0.check(key, key, &rule, || t, cost).is_allowed()
+    }
+
+    /// A refund of up to `n` units of `key`'s window at `t`: the units freed (`None`: no
+    /// live slot).
+    pub fn refund(&self, key: u64, t: u64, n: u64) -> Option<u64> {
+        let rule = line::strict(1, self.1, Self::GRANULARITY);
+        self.0.refund(key, key, &rule, || t, n)
     }
 
     /// `key`'s window sum at `t`, if it has a live slot.

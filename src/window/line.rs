@@ -570,8 +570,6 @@ pub(crate) fn peek(
 
 /// Frees up to `n` units of room at `now()`: the sliding window's oldest units, or the fixed
 /// window's in its current bucket alone (`counter::refund`). `None` if the ring is retired.
-// The loom models call `Line::refund` itself.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn refund(
     line: &Line<'_>,
     rule: &CounterRule,

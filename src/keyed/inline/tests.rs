@@ -217,3 +217,23 @@ fn evictions_alone_finish_a_migration() {
     };
     assert_eq!((len, live), (0, 0));
 }
+
+#[test]
+fn a_refund_frees_units_of_its_key_in_either_table() {
+    let table = InlineTable::new(2);
+    let rule = line::strict(3, 2, G);
+    assert!(check(&table, 0, mix(0), 1, 3, 3));
+    assert_eq!(table.refund(0, mix(0), &rule, || 2, 1), Some(1));
+    assert_eq!(table.sum(0, mix(0), G, 2), Some(2));
+    assert_eq!(table.refund(99, mix(99), &rule, || 2, 1), None, "no slot");
+    // Start a migration and leave it in progress: key 0 may be in either table.
+    let mut key = 1;
+    while table.occupancy().is_some() {
+        assert!(check(&table, key, mix(key), 2, 3, 1));
+        key += 1;
+    }
+    assert_eq!(table.refund(0, mix(0), &rule, || 3, 2), Some(2));
+    table.finish_migration();
+    assert_eq!(table.sum(0, mix(0), G, 3), Some(0));
+    assert!(check(&table, 0, mix(0), 3, 3, 3), "the whole limit is free");
+}
