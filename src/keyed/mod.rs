@@ -21,6 +21,9 @@ mod key_limit;
 mod overrides;
 mod pool;
 pub(crate) mod store;
+// A key's inline word, compiled for its tests until the limiter uses the inline table.
+#[cfg(test)]
+pub(crate) mod word;
 
 pub use builder::KeyedLimiterBuilder;
 pub use key_limit::KeyLimit;
