@@ -94,6 +94,9 @@ const HASH: u32 = MOVED - 1;
 /// A tombstone's state.
 const TOMBSTONE: u32 = 1;
 
+/// Slots [`InlineTable::retain_recent`] examines per taking of the writer's lock.
+const SWEEP_CHUNK: usize = 256;
+
 /// The smallest table.
 const MIN_CAPACITY: usize = 4;
 
@@ -403,24 +406,83 @@ impl InlineTable {
         let Some(slot) = self.find(key, hash, guard) else {
             return false;
         };
-        if !slot.line(self.buckets).retire_idle(granularity, now) {
-            return false;
-        }
-        slot.set_state(slot.state(), TOMBSTONE);
-        writer.len -= 1;
         // A slot outside the current table is in the next one (moved, or inserted since the
         // migration started).
         let current = self.current(guard);
-        if current
+        let in_current = current
             .slots
             .as_ptr_range()
-            .contains(&(slot as *const Slot))
-        {
+            .contains(&(slot as *const Slot));
+        Self::evict_if_idle(
+            &mut writer,
+            slot,
+            in_current,
+            self.buckets,
+            granularity,
+            now,
+        )
+    }
+
+    /// Turns a live slot whose window is empty at `now` into a tombstone, counted in its
+    /// table (the current one, or the next); `true` if it did (the writer's, under its lock).
+    fn evict_if_idle(
+        writer: &mut Writer,
+        slot: &Slot,
+        in_current: bool,
+        buckets: u64,
+        granularity: u64,
+        now: u64,
+    ) -> bool {
+        let state = slot.state();
+        if state & LIVE == 0 || state & MOVED != 0 {
+            return false;
+        }
+        if !slot.line(buckets).retire_idle(granularity, now) {
+            return false;
+        }
+        slot.set_state(state, TOMBSTONE);
+        writer.len -= 1;
+        if in_current {
             writer.tombstones += 1;
         } else {
             writer.next_tombstones += 1;
         }
         true
+    }
+
+    /// Evicts every key whose window is empty at `now`, [`SWEEP_CHUNK`] slots per taking of
+    /// the writer's lock, so that inserts interleave with it (checks of live keys never
+    /// wait); returns how many. A migration in progress is finished first. A key moved by a
+    /// migration that an insert starts meanwhile may be left for the next call, as today's
+    /// store leaves an entry a concurrent resize moved.
+    pub(crate) fn retain_recent(&self, granularity: u64, now: u64) -> usize {
+        let mut evicted = 0;
+        let mut start = 0;
+        loop {
+            let guard = &epoch::pin();
+            let mut writer = sync::lock(&self.writer);
+            if start == 0 {
+                while !self
+                    .current(guard)
+                    .next
+                    .load(Ordering::Relaxed, guard)
+                    .is_null()
+                {
+                    self.step(&mut writer, guard);
+                }
+            }
+            let table = self.current(guard);
+            if start > table.mask {
+                return evicted;
+            }
+            let end = (start + SWEEP_CHUNK).min(table.mask + 1);
+            for slot in &table.slots[start..end] {
+                let idle =
+                    Self::evict_if_idle(&mut writer, slot, true, self.buckets, granularity, now);
+                evicted += usize::from(idle);
+            }
+            start = end;
+        }
     }
 
     /// Moves every slot of a migration in progress (for the tests).
@@ -580,5 +642,10 @@ impl LoomInline {
     /// Evicts `key` if its window is empty at `t`.
     pub fn evict_idle(&self, key: u64, t: u64) -> bool {
         self.0.evict_idle(key, key, Self::GRANULARITY, t)
+    }
+
+    /// Evicts every key whose window is empty at `t`: how many.
+    pub fn retain_recent(&self, t: u64) -> usize {
+        self.0.retain_recent(Self::GRANULARITY, t)
     }
 }

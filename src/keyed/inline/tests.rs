@@ -237,3 +237,35 @@ fn a_refund_frees_units_of_its_key_in_either_table() {
     assert_eq!(table.sum(0, mix(0), G, 3), Some(0));
     assert!(check(&table, 0, mix(0), 3, 3, 3), "the whole limit is free");
 }
+
+#[test]
+fn retain_recent_evicts_exactly_the_idle_keys() {
+    // 1000 keys admit a unit at t = 1; the even ones admit another in bucket 5. At bucket 5
+    // (N = 2: buckets 3 ..= 5) the odd ones are idle, the even ones not.
+    let table = InlineTable::new(2);
+    for key in 0..1000 {
+        assert!(check(&table, key, mix(key), 1, 3, 1));
+    }
+    // Leave a migration in progress, which the sweep finishes first.
+    let mut key = 1000;
+    while table.occupancy().is_some() {
+        assert!(check(&table, key, mix(key), 1, 3, 1));
+        key += 1;
+    }
+    let t = 5 * G;
+    for key in (0..1000).step_by(2) {
+        assert!(check(&table, key, mix(key), t, 3, 1));
+    }
+    // Every key from 1000 on was checked at t = 1 only: idle too.
+    assert_eq!(table.retain_recent(G, t), 500 + (key as usize - 1000));
+    for k in 0..1000 {
+        let expected = (k % 2 == 0).then_some(1);
+        assert_eq!(table.sum(k, mix(k), G, t), expected, "key {k}");
+    }
+    let Some(((len, tombstones), scanned)) = table.occupancy() else {
+        panic!("the sweep finishes the migration");
+    };
+    assert_eq!((len, tombstones), scanned);
+    assert_eq!(len, 500);
+    assert_eq!(table.retain_recent(G, t), 0, "nothing idle is left");
+}
