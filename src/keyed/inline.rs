@@ -381,6 +381,18 @@ impl InlineTable {
         }
     }
 
+    /// Moves every slot of a migration in progress, ending it.
+    fn finish(&self, writer: &mut Writer, guard: &Guard) {
+        while !self
+            .current(guard)
+            .next
+            .load(Ordering::Relaxed, guard)
+            .is_null()
+        {
+            self.step(writer, guard);
+        }
+    }
+
     /// Freezes, copies and marks one old slot (see "Growth: the migration").
     fn move_slot(&self, slot: &Slot, next: &Table) {
         let state = slot.state();
@@ -462,14 +474,7 @@ impl InlineTable {
             let guard = &epoch::pin();
             let mut writer = sync::lock(&self.writer);
             if start == 0 {
-                while !self
-                    .current(guard)
-                    .next
-                    .load(Ordering::Relaxed, guard)
-                    .is_null()
-                {
-                    self.step(&mut writer, guard);
-                }
+                self.finish(&mut writer, guard);
             }
             let table = self.current(guard);
             if start > table.mask {
@@ -490,14 +495,7 @@ impl InlineTable {
     pub(crate) fn finish_migration(&self) {
         let guard = &epoch::pin();
         let mut writer = sync::lock(&self.writer);
-        while !self
-            .current(guard)
-            .next
-            .load(Ordering::Relaxed, guard)
-            .is_null()
-        {
-            self.step(&mut writer, guard);
-        }
+        self.finish(&mut writer, guard);
     }
 
     /// The writer's count of live slots and tombstones in the current table, and the same
