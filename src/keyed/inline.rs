@@ -57,6 +57,13 @@
 //! keys in the chunk being moved wait for the lock, with a key's first check (its insert)
 //! and the first after its eviction; no other reader waits.
 //!
+//! # Churn and bounds
+//! As today's store: each insert sweeps [`SWEEP`] slots after a cursor (of the next table
+//! during a migration) for keys idle a whole window already, and at `max_keys` evicts an
+//! idle key among [`SAMPLE`] live slots, else forces out the least recently active of them
+//! (its ring retired whatever it holds, counted apart). `retain_recent` sweeps every slot.
+//! Each eviction retires the key's ring before its slot becomes a tombstone.
+//!
 //! # Why no admission is lost or counted twice
 //! A charge is a compare-and-swap of the ring's word from the value it judged on. Before the
 //! freeze it lands in the old slot, and the copy (which reads the word after the freeze)
@@ -93,6 +100,13 @@ const HASH: u32 = MOVED - 1;
 
 /// A tombstone's state.
 const TOMBSTONE: u32 = 1;
+
+/// Slots an insert examines for keys idle a whole window, so that churn is reclaimed as it
+/// happens (today's store's number).
+const SWEEP: usize = 4;
+
+/// Live slots an insert at `max_keys` examines for an idle key before forcing one out.
+const SAMPLE: usize = 16;
 
 /// Slots [`InlineTable::retain_recent`] examines per taking of the writer's lock.
 const SWEEP_CHUNK: usize = 256;
@@ -227,6 +241,14 @@ struct Writer {
     /// Old slots a writer call moves in this migration: at least [`CHUNK`], and enough that
     /// the migration ends before the next table's inserts could take it past load 1/2.
     chunk: usize,
+    /// Where the insert-time sweep and the search for room at `max_keys` go on from.
+    sweep: usize,
+    /// Until this instant no slot can be stale (a window after the first key was made), so
+    /// inserts skip the sweep, as today's store's do.
+    quiet_until: u64,
+    /// Keys evicted while idle, and keys forced out at `max_keys` while not.
+    evicted: u64,
+    forced: u64,
 }
 
 /// The table of one quota's keys (see the module documentation).
@@ -234,6 +256,8 @@ pub(crate) struct InlineTable {
     table: Atomic<Table>,
     /// `N`.
     buckets: u64,
+    /// The most keys the table holds: an insert beyond it evicts a key first.
+    max_keys: usize,
     writer: Mutex<Writer>,
 }
 
@@ -249,6 +273,16 @@ impl InlineTable {
     /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
     /// would not share the line (the caller picks the table by [`Line::fits`]).
     pub(crate) fn new(buckets: u64) -> InlineTable {
+        InlineTable::with_max_keys(buckets, usize::MAX)
+    }
+
+    /// An empty table for windows of `buckets` buckets holding at most `max_keys` (at least
+    /// one) keys: an insert at the bound evicts an idle key among the next [`SAMPLE`], or
+    /// forces out the least recently active of them, as today's store does.
+    ///
+    /// # Panics
+    /// As [`InlineTable::new`].
+    pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable {
         assert!(
             Line::fits(1, buckets, LINE_MIN_GRANULARITY),
             "an inline table holds windows of 1 to {LINE_MAX_BUCKETS} buckets, not {buckets}"
@@ -256,12 +290,17 @@ impl InlineTable {
         InlineTable {
             table: Atomic::new(Table::new(MIN_CAPACITY)),
             buckets,
+            max_keys: max_keys.max(1),
             writer: Mutex::new(Writer {
                 len: 0,
                 tombstones: 0,
                 next_tombstones: 0,
                 cursor: 0,
                 chunk: CHUNK,
+                sweep: 0,
+                quiet_until: u64::MAX,
+                evicted: 0,
+                forced: 0,
             }),
         }
     }
@@ -295,11 +334,29 @@ impl InlineTable {
     }
 
     /// `key`'s live slot, inserted with a fresh window if it has none (the writer's path).
-    pub(crate) fn insert<'g>(&self, key: u64, hash: u64, guard: &'g Guard) -> &'g Slot {
+    ///
+    /// Before placing a new key it sweeps a few slots for keys idle a whole window already
+    /// (`granularity` ns buckets, judged at `now`), and at `max_keys` makes room.
+    pub(crate) fn insert<'g>(
+        &self,
+        key: u64,
+        hash: u64,
+        granularity: u64,
+        now: u64,
+        guard: &'g Guard,
+    ) -> &'g Slot {
         let mut writer = sync::lock(&self.writer);
         self.step(&mut writer, guard);
         if let Some(slot) = self.find(key, hash, guard) {
             return slot;
+        }
+        let window = granularity.saturating_mul(self.buckets);
+        if now >= writer.quiet_until {
+            self.sweep(&mut writer, granularity, window, now, guard);
+        }
+        writer.quiet_until = writer.quiet_until.min(now.saturating_add(window));
+        if writer.len >= self.max_keys {
+            self.make_room(&mut writer, granularity, now, guard);
         }
         let current = self.current(guard);
         let mut target = current.next.load(Ordering::Acquire, guard);
@@ -425,31 +482,20 @@ impl InlineTable {
             .slots
             .as_ptr_range()
             .contains(&(slot as *const Slot));
-        Self::evict_if_idle(
-            &mut writer,
-            slot,
-            in_current,
-            self.buckets,
-            granularity,
-            now,
-        )
+        self.evict_if_idle(&mut writer, slot, in_current, granularity, now)
     }
 
-    /// Turns a live slot whose window is empty at `now` into a tombstone, counted in its
-    /// table (the current one, or the next); `true` if it did (the writer's, under its lock).
-    fn evict_if_idle(
+    /// Turns a live slot into a tombstone if `retire` retires its ring, counted in its table
+    /// (the current one, or the next); `true` if it did (the writer's, under its lock).
+    fn evict_if(
+        &self,
         writer: &mut Writer,
         slot: &Slot,
         in_current: bool,
-        buckets: u64,
-        granularity: u64,
-        now: u64,
+        retire: impl FnOnce(&Line<'_>) -> bool,
     ) -> bool {
         let state = slot.state();
-        if state & LIVE == 0 || state & MOVED != 0 {
-            return false;
-        }
-        if !slot.line(buckets).retire_idle(granularity, now) {
+        if state & LIVE == 0 || state & MOVED != 0 || !retire(&slot.line(self.buckets)) {
             return false;
         }
         slot.set_state(state, TOMBSTONE);
@@ -460,6 +506,83 @@ impl InlineTable {
             writer.next_tombstones += 1;
         }
         true
+    }
+
+    /// [`InlineTable::evict_if`] a slot whose window is empty at `now`, counted as evicted.
+    fn evict_if_idle(
+        &self,
+        writer: &mut Writer,
+        slot: &Slot,
+        in_current: bool,
+        granularity: u64,
+        now: u64,
+    ) -> bool {
+        let evicted = self.evict_if(writer, slot, in_current, |line| {
+            line.retire_idle(granularity, now)
+        });
+        writer.evicted += u64::from(evicted);
+        evicted
+    }
+
+    /// Examines [`SWEEP`] slots after the sweep's cursor, evicting the keys idle for a whole
+    /// `window` already: a key in steady use, idle a moment between two checks, is not
+    /// evicted and inserted again (today's store's `retire_stale`). During a migration it
+    /// walks the next table, where the keys end up: a table that grows for long keeps
+    /// migrating, and a sweep of the old one would find its slots moved.
+    fn sweep(&self, writer: &mut Writer, granularity: u64, window: u64, now: u64, guard: &Guard) {
+        let Some(then) = now.checked_sub(window) else {
+            return;
+        };
+        let current = self.current(guard);
+        let next = current.next.load(Ordering::Relaxed, guard);
+        let (table, in_current) = if next.is_null() {
+            (current, true)
+        } else {
+            // SAFETY: linked by this writer; freed only through the epoch.
+            (unsafe { next.deref() }, false)
+        };
+        for _ in 0..SWEEP {
+            let slot = &table.slots[writer.sweep & table.mask];
+            writer.sweep = writer.sweep.wrapping_add(1);
+            self.evict_if_idle(writer, slot, in_current, granularity, then);
+        }
+    }
+
+    /// Frees one place for a new key at `max_keys`: the first idle key among the next
+    /// [`SAMPLE`] live slots after the sweep's cursor, else the least recently active of
+    /// them, retired whatever it holds (forced, counted). A migration in progress is
+    /// finished first, so that every key is in the table sampled.
+    fn make_room(&self, writer: &mut Writer, granularity: u64, now: u64, guard: &Guard) {
+        self.finish(writer, guard);
+        let table = self.current(guard);
+        let mut oldest: Option<(u64, usize)> = None;
+        let mut seen = 0;
+        for _ in 0..=table.mask {
+            if seen == SAMPLE {
+                break;
+            }
+            let i = writer.sweep & table.mask;
+            writer.sweep = writer.sweep.wrapping_add(1);
+            let slot = &table.slots[i];
+            if slot.state() & LIVE == 0 {
+                continue;
+            }
+            seen += 1;
+            if self.evict_if_idle(writer, slot, true, granularity, now) {
+                return;
+            }
+            let active = slot.line(self.buckets).last_active(granularity);
+            if oldest.is_none_or(|(a, _)| active < a) {
+                oldest = Some((active, i));
+            }
+        }
+        if let Some((_, i)) = oldest {
+            let forced = self.evict_if(writer, &table.slots[i], true, |line| {
+                line.retire_now();
+                true
+            });
+            writer.forced += u64::from(forced);
+        }
     }
 
     /// Evicts every key whose window is empty at `now`, [`SWEEP_CHUNK`] slots per taking of
@@ -482,8 +605,7 @@ impl InlineTable {
             }
             let end = (start + SWEEP_CHUNK).min(table.mask + 1);
             for slot in &table.slots[start..end] {
-                let idle =
-                    Self::evict_if_idle(&mut writer, slot, true, self.buckets, granularity, now);
+                let idle = self.evict_if_idle(&mut writer, slot, true, granularity, now);
                 evicted += usize::from(idle);
             }
             start = end;
@@ -514,6 +636,14 @@ impl InlineTable {
         Some(((writer.len, writer.tombstones), (live, tombstones)))
     }
 
+    /// Keys evicted while idle, and keys forced out at `max_keys` (for the tests until the
+    /// limiter reports them).
+    #[cfg(test)]
+    pub(crate) fn evictions(&self) -> (u64, u64) {
+        let writer = sync::lock(&self.writer);
+        (writer.evicted, writer.forced)
+    }
+
     /// The current table's capacity (for the tests).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
@@ -538,7 +668,7 @@ impl InlineTable {
         loop {
             let found = match slot {
                 Some(found) => found,
-                None => self.insert(key, hash, guard),
+                None => self.insert(key, hash, rule.granularity, now(), guard),
             };
             if let Some(decision) = line::charge(&found.line(self.buckets), rule, &now, n) {
                 return decision;

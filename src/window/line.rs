@@ -487,6 +487,15 @@ impl<'a> Line<'a> {
                 .is_ok()
     }
 
+    /// The start (ns) of the front bucket, the newest in which anything may have been
+    /// admitted: a recency for least-recently-used choices (the ring's
+    /// [`Ring::last_active`]).
+    pub(crate) fn last_active(&self, granularity: u64) -> u64 {
+        // Relaxed: a heuristic; a stale value only makes a worse eviction choice.
+        let front = front_of(self.word.load(Ordering::Relaxed));
+        (front - (self.buckets + 1)).saturating_mul(granularity)
+    }
+
     /// Retires the ring whatever it holds; `true` if this call retired it.
     pub(crate) fn retire_now(&self) -> bool {
         crate::window::cum::retire_now(self.word)

@@ -147,6 +147,10 @@ fn a_small_next_table_is_filled_only_after_its_migration_ends() {
     for key in 2..64 {
         assert!(table.evict_idle(key, mix(key), G, 3 * G));
     }
+    // Keys 0 and 1 stay in use (the inserts' sweep would evict them idle).
+    for key in 0..2 {
+        assert!(check(&table, key, mix(key), 3 * G, 2, 1));
+    }
     for key in 100..140 {
         assert!(check(&table, key, mix(key), 3 * G, 1, 1), "key {key}");
     }
@@ -172,32 +176,39 @@ fn a_denial_carries_the_whole_decision() {
 
 #[test]
 fn the_writer_counts_every_slot_a_table_holds() {
-    // About forty live keys; each round inserts one and evicts the key inserted forty rounds
-    // before (idle by then), so migrations start on tombstones and run over several writer
-    // calls, during which moved keys are evicted from the next table. Whenever no migration
-    // is in progress, the writer's counts are the current table's, and the table is at load
-    // 1/2 or below, tombstones included.
+    // Each round (a bucket) inserts sixteen keys, each followed by the eviction of one of
+    // the sixteen of three rounds before: idle by then, though not for the whole window an insert's sweep waits for, so
+    // the evictions are these calls'. About fifty keys are live; migrations start on
+    // tombstones and run over several writer calls, during which moved keys are evicted
+    // from the next table. Whenever no migration is in progress, the writer's counts are
+    // the current table's, and the table is at load 1/2 or below, tombstones included.
     let table = InlineTable::new(2);
     let mut migrating = 0;
-    for round in 0..600u64 {
-        let t = round * G;
-        assert!(check(&table, round, mix(round), t, 1, 1));
-        if let Some(old) = round.checked_sub(40) {
-            assert!(table.evict_idle(old, mix(old), G, t), "round {round}");
+    let mut after_each_call = |table: &InlineTable, round: u64| match table.occupancy() {
+        Some((counted, scanned)) => {
+            assert_eq!(counted, scanned, "round {round}");
+            assert!(
+                2 * (scanned.0 + scanned.1) <= table.capacity(),
+                "round {round}"
+            );
         }
-        match table.occupancy() {
-            Some((counted, scanned)) => {
-                assert_eq!(counted, scanned, "round {round}");
-                assert!(
-                    2 * (scanned.0 + scanned.1) <= table.capacity(),
-                    "round {round}"
-                );
+        None => migrating += 1,
+    };
+    for round in 0..100u64 {
+        let t = round * G;
+        for i in 0..16 {
+            let key = round * 16 + i;
+            assert!(check(&table, key, mix(key), t, 1, 1));
+            after_each_call(&table, round);
+            if let Some(old) = round.checked_sub(3) {
+                let key = old * 16 + i;
+                assert!(table.evict_idle(key, mix(key), G, t), "round {round}");
+                after_each_call(&table, round);
             }
-            None => migrating += 1,
         }
     }
-    // Rounds that ended inside a migration: several migrations, each over several calls.
-    assert!(migrating >= 10, "{migrating}");
+    // Calls that ended inside a migration: several migrations, each over several calls.
+    assert!(migrating >= 50, "{migrating}");
 }
 
 #[test]
@@ -268,4 +279,72 @@ fn retain_recent_evicts_exactly_the_idle_keys() {
     assert_eq!((len, tombstones), scanned);
     assert_eq!(len, 500);
     assert_eq!(table.retain_recent(G, t), 0, "nothing idle is left");
+}
+
+#[test]
+fn inserts_sweep_keys_idle_for_a_whole_window() {
+    // Key k admits a unit in bucket k, N = 2: a window after it, nothing holds it. The
+    // inserts' sweep (four slots each) reclaims that churn as it goes: the table stays small.
+    let table = InlineTable::new(2);
+    for key in 0..2000u64 {
+        assert!(check(&table, key, mix(key), key * G, 1, 1));
+    }
+    let (evicted, forced) = table.evictions();
+    assert_eq!(forced, 0);
+    assert!(evicted >= 1900, "{evicted}");
+    assert!(table.capacity() <= 256, "{}", table.capacity());
+    // The keys of the last window are all there, with their units.
+    for key in 1997..2000 {
+        assert_eq!(table.sum(key, mix(key), G, 1999 * G), Some(1), "key {key}");
+    }
+}
+
+#[test]
+fn a_key_idle_for_less_than_a_window_is_not_swept() {
+    // Key 0 admits in bucket 0 (N = 2). In bucket 3 its window is empty, but it has not
+    // been for a whole window: a hundred inserts sweep past its slot and leave it, so that
+    // a key in steady use is not evicted and inserted again between two of its checks.
+    let table = InlineTable::new(2);
+    assert!(check(&table, 0, mix(0), 1, 2, 1));
+    for key in 1..100 {
+        assert!(check(&table, key, mix(key), 3 * G, 2, 1));
+    }
+    assert_eq!(
+        table.sum(0, mix(0), G, 3 * G),
+        Some(0),
+        "live, its window empty"
+    );
+    // Later key 0 is stale, and the inserts' sweeps, going round the table, take it.
+    let swept = (100..2000).find(|&key| {
+        assert!(check(&table, key, mix(key), 7 * G, 2, 1));
+        table.sum(0, mix(0), G, 7 * G).is_none()
+    });
+    assert!(swept.is_some(), "key 0 is never swept");
+}
+
+#[test]
+fn at_max_keys_an_insert_evicts_an_idle_key_else_the_least_recent() {
+    // Four keys at most, N = 10 (none idle for ten buckets). Key 0 was last active in
+    // bucket 0, keys 1 ..= 3 in bucket 1: key 4's insert forces key 0 out.
+    let table = InlineTable::with_max_keys(10, 4);
+    assert!(check(&table, 0, mix(0), 1, 5, 1));
+    for key in 1..4 {
+        assert!(check(&table, key, mix(key), G, 5, 1));
+    }
+    assert!(check(&table, 4, mix(4), G + 1, 5, 1));
+    assert_eq!(table.evictions(), (0, 1));
+    assert_eq!(table.sum(0, mix(0), G, G + 1), None, "forced out");
+    for key in 1..5 {
+        assert_eq!(table.sum(key, mix(key), G, G + 1), Some(1), "key {key}");
+    }
+    // Twenty buckets on, every key is idle: the next insert evicts one, unforced.
+    assert!(check(&table, 5, mix(5), 20 * G, 5, 1));
+    let (evicted, forced) = table.evictions();
+    assert_eq!(forced, 1);
+    assert!(evicted >= 1, "{evicted}");
+    let Some(((len, _), (live, _))) = table.occupancy() else {
+        panic!("no migration in progress");
+    };
+    assert!(len <= 4, "{len}");
+    assert_eq!(len, live);
 }
