@@ -466,6 +466,7 @@ impl InlineTable {
 
     /// Evicts `key` if its window is empty at `now`: `true` if it did. The slot becomes a
     /// tombstone.
+    ///
     /// A migration in progress moves its next chunk first, so that a table whose keys are
     /// only being evicted still finishes it.
     pub(crate) fn evict_idle(&self, key: u64, hash: u64, granularity: u64, now: u64) -> bool {

@@ -593,6 +593,50 @@ pub(crate) fn refund(
     line.refund(rule.granularity, now, n, |_| skip)
 }
 
+/// Writes into `ring` (the words of a three-word ring of compact slots, [`Ring::words`] of
+/// them, not yet published) the state of the retired line ring `line`, for a key that
+/// leaves the inline table: a key a `check_all` reserves on needs the pending field the line
+/// ring has no room for. `front = goal =` the line's front, `cum` its count, the same slots
+/// (the encoding is the same). A fill the retirement froze mid-way is finished in the copy
+/// from the word, with the count it claimed, as its first reader finishes it on the line.
+/// The caller holds the table's writer lock, so nothing writes the line meanwhile (a
+/// refund takes the lock too, and the retirement stops charges and fills).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn copy_to_ring(line: &Line<'_>, ring: &[AtomicU64]) {
+    let n = line.buckets;
+    debug_assert_eq!(ring.len(), Ring::<Compact>::words(n));
+    // Acquire: every charge, fill and raise ordered before the retirement is visible.
+    let word = line.word.load(Ordering::Acquire);
+    debug_assert!(word & RETIRED != 0, "a live line ring is not copied");
+    let (front, count) = (front_of(word), word & COUNT);
+    let (head, slots) = ring.split_at(3);
+    // Relaxed: the ring is published later, by its owner's Release.
+    head[0].store(front, Ordering::Relaxed);
+    head[1].store(front, Ordering::Relaxed);
+    head[2].store(count, Ordering::Relaxed);
+    for (to, from) in slots.iter().zip(line.slots) {
+        // Acquire: as the word's.
+        to.store(from.load(Ordering::Acquire), Ordering::Relaxed);
+    }
+    if word & FILLING != 0 {
+        for k in front - n..=front {
+            let i = (k % (n + 1)) as usize;
+            let seen = Compact::load(slots, i, Ordering::Relaxed);
+            if Compact::tag_of(seen) != Compact::tag(k) {
+                // Relaxed: single-threaded on unpublished words; it cannot fail.
+                let _ = Compact::compare_exchange(
+                    slots,
+                    i,
+                    seen,
+                    Compact::pack(k, count as u32),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+}
+
 /// A Strict check of `cost` against `limit` on `line` at `now()`: the sliding-window
 /// counter's rule (the window sum is `tail(0)`) on the general read alone, for the tests.
 /// `None` if the ring is retired.

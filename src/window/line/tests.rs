@@ -252,7 +252,7 @@ fn counter_rule(mode: Mode, limit: u64, buckets: u64) -> CounterRule {
 }
 
 /// One call of a whole-decision sequence.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Call {
     Check(u64, u64),
     Peek(u64, u64),
@@ -292,33 +292,106 @@ proptest! {
         let ring = Ring::<Compact>::from_parts(ring::packed(&rw), n_buckets);
         let mut t = 0;
         for (i, c) in calls.iter().enumerate() {
-            // The limiters refuse a cost above the limit before any judgement.
-            match *c {
-                Call::Check(d, n) => {
-                    let n = (n * scale).min(limit);
-                    t += d * G / 4;
-                    let ours = super::charge(&line, &rule, || t, n);
-                    prop_assert_eq!(ours, counter::charge(ring, &rule, || t, n), "call {}", i);
-                }
-                Call::Peek(d, n) => {
-                    let n = (n * scale).min(limit);
-                    t += d * G / 4;
-                    let ours = super::peek(&line, &rule, || t, n);
-                    let theirs = counter::decide(ring, &rule, || t, n, Op::Peek).map(|d| d.0);
-                    prop_assert_eq!(ours, theirs, "call {}", i);
-                }
-                Call::Refund(d, n) => {
-                    let n = n * scale;
-                    t += d * G / 4;
-                    let ours = super::refund(&line, &rule, || t, n);
-                    prop_assert_eq!(ours, counter::refund(ring, &rule, || t, n), "call {}", i);
-                }
-                Call::Behind(d, n) => {
-                    let (n, at) = ((n * scale).min(limit), t.saturating_sub(d * G / 4));
-                    let ours = super::charge(&line, &rule, || at, n);
-                    prop_assert_eq!(ours, counter::charge(ring, &rule, || at, n), "call {}", i);
-                }
-            }
+            let (ours, theirs) = on_both(&line, ring, &rule, scale, *c, &mut t);
+            prop_assert_eq!(ours, theirs, "call {}", i);
+        }
+    }
+}
+
+/// What a call answered: a check's or a peek's decision, or a refund's units freed.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Decision(Option<Decision>),
+    Freed(Option<u64>),
+}
+
+/// `call` on the line ring and on the three-word ring, under `rule`, with costs in units of
+/// `scale`, advancing the clock `t`: the two answers.
+fn on_both(
+    line: &Line<'_>,
+    ring: Ring<'_, Compact>,
+    rule: &CounterRule,
+    scale: u64,
+    call: Call,
+    t: &mut u64,
+) -> (Answer, Answer) {
+    // The limiters refuse a cost above the limit before any judgement.
+    let cost = |n: u64| (n * scale).min(rule.limit);
+    match call {
+        Call::Check(d, n) => {
+            *t += d * G / 4;
+            let (now, n) = (*t, cost(n));
+            (
+                Answer::Decision(super::charge(line, rule, || now, n)),
+                Answer::Decision(counter::charge(ring, rule, || now, n)),
+            )
+        }
+        Call::Peek(d, n) => {
+            *t += d * G / 4;
+            let (now, n) = (*t, cost(n));
+            (
+                Answer::Decision(super::peek(line, rule, || now, n)),
+                Answer::Decision(counter::decide(ring, rule, || now, n, Op::Peek).map(|d| d.0)),
+            )
+        }
+        Call::Refund(d, n) => {
+            *t += d * G / 4;
+            let (now, n) = (*t, n * scale);
+            (
+                Answer::Freed(super::refund(line, rule, || now, n)),
+                Answer::Freed(counter::refund(ring, rule, || now, n)),
+            )
+        }
+        Call::Behind(d, n) => {
+            let (now, n) = (t.saturating_sub(d * G / 4), cost(n));
+            (
+                Answer::Decision(super::charge(line, rule, || now, n)),
+                Answer::Decision(counter::charge(ring, rule, || now, n)),
+            )
+        }
+    }
+}
+
+proptest! {
+    /// A line ring retired and copied to the three-word ring ([`copy_to_ring`], for a key
+    /// that leaves the inline table) goes on deciding as the line ring it was would, whole
+    /// decisions included, also when the retirement froze a fill it had claimed (finished
+    /// in the copy, as its first reader finishes it on the line).
+    #[test]
+    fn a_retired_line_ring_goes_on_as_the_three_word_ring(
+        mode in prop_oneof![Just(Mode::Strict), Just(Mode::Weighted), Just(Mode::FixedWindow)],
+        buckets in 1u64..=LINE_MAX_BUCKETS,
+        limit in 1u64..8,
+        before in prop::collection::vec(call(), 0..40),
+        claimed in any::<bool>(),
+        after in prop::collection::vec(call(), 1..40),
+    ) {
+        let rule = counter_rule(mode, limit, buckets);
+        let n_buckets = rule.buckets;
+        let lw = owned(n_buckets);
+        let line = Line::on(&lw, n_buckets);
+        // The line ring's first calls, alongside a three-word ring as above.
+        let before_words = ring_words(n_buckets);
+        let alongside = Ring::<Compact>::from_parts(ring::packed(&before_words), n_buckets);
+        let mut t = 0;
+        for (i, c) in before.iter().enumerate() {
+            let (ours, theirs) = on_both(&line, alongside, &rule, 1, *c, &mut t);
+            prop_assert_eq!(ours, theirs, "call {} before", i);
+        }
+        if claimed {
+            let word = lw[0].load(Ordering::Relaxed);
+            lw[0].store(claim(word, front_of(word) + 1), Ordering::Relaxed);
+        }
+        // The line ring that goes on, and the retired one's copy.
+        let kept: Box<[AtomicU64]> = lw.iter().map(|w| AtomicU64::new(w.load(Ordering::Relaxed))).collect();
+        let kept = Line::on(&kept, n_buckets);
+        prop_assert!(line.retire_now());
+        let rw = ring_words(n_buckets);
+        copy_to_ring(&line, &rw);
+        let ring = Ring::<Compact>::from_parts(ring::packed(&rw), n_buckets);
+        for (i, c) in after.iter().enumerate() {
+            let (ours, theirs) = on_both(&kept, ring, &rule, 1, *c, &mut t);
+            prop_assert_eq!(ours, theirs, "call {}", i);
         }
     }
 }
