@@ -57,7 +57,7 @@ impl Answer {
     /// The answer judged `lag` ns after the reading, told from the reading: the durations
     /// grow by the lag (an empty window's reset stays 0), as every limiter reports a
     /// reading behind the newest bucket.
-    fn from_reading(self, lag: u64) -> Answer {
+    fn measured_from(self, lag: u64) -> Answer {
         Answer {
             retry_after: self.retry_after.map(|r| r + lag),
             reset_after: if self.reset_after == 0 {
@@ -107,7 +107,7 @@ fn replay(limit: u64, calls: &[Call], judged: &[u64]) -> Vec<Call> {
             match *call {
                 Call::Check { at, .. } => Call::Check {
                     at,
-                    answer: Answer::of(limiter.check()).from_reading(t - at),
+                    answer: Answer::of(limiter.check()).measured_from(t - at),
                 },
                 Call::Refund { at, .. } => Call::Refund {
                     at,

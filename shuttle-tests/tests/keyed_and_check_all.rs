@@ -9,6 +9,11 @@
 // threads saw admitted left) even while idle keys are evicted under the checks, re-made
 // and raced by `retain_recent`; and an idle key is never forced out (forced evictions 0).
 //
+// It runs on both of a keyed limiter's stores: with buckets of 50 ns every key is in the
+// store; with buckets of 2²⁶ ns (`u8` keys) the keys live in the inline table, each
+// `check_all` moves its key to the store with its counts, and the bound and the evictions
+// span both stores.
+//
 // Would fail if a check or a `check_all` reservation landing on an entry retired under it
 // were counted on the dead entry (lost) or on both (twice), if `check_all` charged one limit
 // and not the other, or if a full store forced out a key while an idle one was there.
@@ -21,14 +26,21 @@ use shuttle::thread;
 use slidegate::clock::ManualClock;
 use slidegate::{KeyedLimiter, Limit, Quota, SlidingWindow, check_all};
 
-/// Each key's limit, and the direct limit's, in a window of 100 ns (two buckets of 50).
+/// Each key's limit, and the direct limit's, in a window of two buckets.
 const L: u64 = 3;
 const KEYS: usize = 4;
 const MAX_KEYS: usize = 3;
 
-fn quota() -> Quota {
-    Quota::new(L, Duration::from_nanos(100))
-        .and_then(|q| q.with_granularity(Duration::from_nanos(50)))
+/// A bucket of 50 ns: the keys live in the store.
+const STORE: u64 = 50;
+
+/// A bucket of 2²⁶ ns, the shortest a line ring takes: the keys live in the inline table,
+/// and each `check_all` moves its key to the store.
+const INLINE: u64 = 1 << 26;
+
+fn quota(bucket: u64) -> Quota {
+    Quota::new(L, Duration::from_nanos(2 * bucket))
+        .and_then(|q| q.with_granularity(Duration::from_nanos(bucket)))
         .expect("a valid quota")
 }
 
@@ -130,18 +142,18 @@ fn phase(limiters: &Arc<Limiters>, plan: [(u8, u8); 3], retain: bool) {
 /// Phase 1 makes keys 0 and 1 (contended); a window and a bucket later every key is idle, and
 /// phase 2 checks keys 0 (its idle entry), 2 and 3 while `retain_recent` evicts idle entries
 /// and inserts at `max_keys` evict idle key 1 under the checks.
-fn scenario() {
+fn scenario(bucket: u64) {
     let clock = ManualClock::new();
     let limiters = Arc::new(Limiters {
-        keyed: KeyedLimiter::builder(quota())
+        keyed: KeyedLimiter::builder(quota(bucket))
             .clock(clock.clone())
             .max_keys(MAX_KEYS)
             .build(),
-        direct: SlidingWindow::with_clock(quota(), clock.clone()),
+        direct: SlidingWindow::with_clock(quota(bucket), clock.clone()),
         clock,
     });
     phase(&limiters, [(0, 1), (1, 0), (0, 0)], false);
-    limiters.clock.advance(Duration::from_nanos(150));
+    limiters.clock.advance(Duration::from_nanos(3 * bucket));
     phase(&limiters, [(2, 0), (3, 2), (0, 3)], true);
     // Four keys in a store of three: at least one idle key went (by a sweep, at an insert or
     // by retain_recent) while the checks ran.
@@ -150,10 +162,20 @@ fn scenario() {
 
 #[test]
 fn random_schedules() {
-    shuttle::check_random_with_seed(scenario, seed(), iterations());
+    shuttle::check_random_with_seed(|| scenario(STORE), seed(), iterations());
 }
 
 #[test]
 fn pct_schedules() {
-    shuttle::check_pct(scenario, iterations(), 3);
+    shuttle::check_pct(|| scenario(STORE), iterations(), 3);
+}
+
+#[test]
+fn random_schedules_across_the_two_stores() {
+    shuttle::check_random_with_seed(|| scenario(INLINE), seed(), iterations());
+}
+
+#[test]
+fn pct_schedules_across_the_two_stores() {
+    shuttle::check_pct(|| scenario(INLINE), iterations(), 3);
 }

@@ -8,6 +8,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::quota::Quota;
 
 use super::overrides::{KeyRule, Overrides};
+use super::routing::Lines;
 use super::store::Store;
 use super::{DefaultHashBuilder, KeyedLimiter};
 
@@ -136,8 +137,10 @@ where
     where
         C: Clock,
     {
+        let default = KeyRule::new(self.quota);
         KeyedLimiter {
-            default: KeyRule::new(self.quota),
+            lines: Lines::new::<K>(&default, self.max_keys),
+            default,
             store: Store::new(self.hasher, self.max_keys),
             overrides: Overrides::new(),
             clock: self.clock,

@@ -52,6 +52,11 @@ impl<K> Entry<K> {
         self.head.packed(&self.words)
     }
 
+    /// The state's words, for a state copied in before the entry is published.
+    pub(super) fn words(&self) -> &[AtomicU64] {
+        &self.words
+    }
+
     /// Whether the entry's state has `shape`.
     #[inline]
     pub(crate) fn fits(&self, shape: Shape) -> bool {

@@ -1,9 +1,12 @@
 //! The inline table: each key's window in its own 64-byte slot, found by linear probing,
 //! grown by an incremental migration that never stops a reader of another key.
 //!
-//! Compiled for its tests and loom models until the keyed limiter uses it (see
-//! `docs/inline-store.md`): `u64` keys, one quota of `N ≤ 10` buckets per table, the Strict
-//! rule.
+//! The keyed limiter keeps here the keys whose type has a word ([`super::word`]) and whose
+//! quota fits a line ring, one table per limiter: slots hold the key's word, its hash and
+//! its window of `N ≤ 10` buckets; the limiter judges each check with the key's rule
+//! (Strict, Weighted or the fixed window). Which keys live here, and the moves to the store,
+//! are the limiter's ([`super::routing`]); `docs/inline-store.md` has the design and its
+//! measurements.
 //!
 //! # A slot
 //! `key`, then the seven words of a [`Line`] ring: its word and six words of compact slots,
@@ -58,7 +61,7 @@
 //! and the first after its eviction; no other reader waits.
 //!
 //! # Churn and bounds
-//! As today's store: each insert sweeps [`SWEEP`] slots after a cursor (of the next table
+//! As the store: each insert sweeps [`SWEEP`] slots after a cursor (of the next table
 //! during a migration) for keys idle a whole window already, and at `max_keys` evicts an
 //! idle key among [`SAMPLE`] live slots, else forces out the least recently active of them
 //! (its ring retired whatever it holds, counted apart). `retain_recent` sweeps every slot.
@@ -68,15 +71,16 @@
 //! A charge is a compare-and-swap of the ring's word from the value it judged on. Before the
 //! freeze it lands in the old slot, and the copy (which reads the word after the freeze)
 //! carries it; after the freeze it fails, and the check judges again on the copy. An idle
-//! eviction retires the ring from a reading whose window is empty, exactly as today's store
+//! eviction retires the ring from a reading whose window is empty, exactly as the store
 //! does, and only then marks the slot a tombstone. No key ever has two live slots: the writer
 //! inserts a key only after looking it up under its lock, in every table a lookup would
 //! reach.
 
 use crate::algo::sliding_counter::CounterRule;
+#[cfg(any(test, slidegate_loom))]
 use crate::decision::Decision;
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
-use crate::sync::{self, AtomicU64, Mutex, Ordering};
+use crate::sync::{self, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::window::cum::RETIRED;
 use crate::window::line::{self, LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
 use crate::window::ring::{Compact, Slots};
@@ -102,7 +106,7 @@ const HASH: u32 = MOVED - 1;
 const TOMBSTONE: u32 = 1;
 
 /// Slots an insert examines for keys idle a whole window, so that churn is reclaimed as it
-/// happens (today's store's number).
+/// happens (the store's number).
 const SWEEP: usize = 4;
 
 /// Live slots an insert at `max_keys` examines for an idle key before forcing one out.
@@ -160,7 +164,7 @@ impl Slot {
 
 struct Table {
     mask: usize,
-    /// On huge pages from 2 MiB up, as today's store's tables.
+    /// On huge pages from 2 MiB up, as the store's tables.
     slots: Array<Slot>,
     /// The table this one is migrating to (null when none).
     next: Atomic<Table>,
@@ -244,7 +248,7 @@ struct Writer {
     /// Where the insert-time sweep and the search for room at `max_keys` go on from.
     sweep: usize,
     /// Until this instant no slot can be stale (a window after the first key was made), so
-    /// inserts skip the sweep, as today's store's do.
+    /// inserts skip the sweep, as the store's do.
     quiet_until: u64,
     /// Keys evicted while idle, and keys forced out at `max_keys` while not.
     evicted: u64,
@@ -267,21 +271,20 @@ fn hashed(hash: u64) -> u32 {
 }
 
 impl InlineTable {
-    /// An empty table for windows of `buckets` buckets.
-    ///
-    /// # Panics
-    /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
-    /// would not share the line (the caller picks the table by [`Line::fits`]).
+    /// An empty table for windows of `buckets` buckets (the tests'), unbounded.
+    #[cfg(any(test, slidegate_loom))]
     pub(crate) fn new(buckets: u64) -> InlineTable {
         InlineTable::with_max_keys(buckets, usize::MAX)
     }
 
     /// An empty table for windows of `buckets` buckets holding at most `max_keys` (at least
     /// one) keys: an insert at the bound evicts an idle key among the next [`SAMPLE`], or
-    /// forces out the least recently active of them, as today's store does.
+    /// forces out the least recently active of them, as the store does.
     ///
     /// # Panics
-    /// As [`InlineTable::new`].
+    /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
+    /// would not share the line (the limiter makes a table only for a quota that
+    /// [`Line::fits`]).
     pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable {
         assert!(
             Line::fits(1, buckets, LINE_MIN_GRANULARITY),
@@ -334,9 +337,7 @@ impl InlineTable {
     }
 
     /// `key`'s live slot, inserted with a fresh window if it has none (the writer's path).
-    ///
-    /// Before placing a new key it sweeps a few slots for keys idle a whole window already
-    /// (`granularity` ns buckets, judged at `now`), and at `max_keys` makes room.
+    #[cfg(any(test, slidegate_loom))]
     pub(crate) fn insert<'g>(
         &self,
         key: u64,
@@ -345,44 +346,15 @@ impl InlineTable {
         now: u64,
         guard: &'g Guard,
     ) -> &'g Slot {
-        let mut writer = sync::lock(&self.writer);
-        self.step(&mut writer, guard);
-        if let Some(slot) = self.find(key, hash, guard) {
-            return slot;
+        self.lock().insert(key, hash, granularity, now, 0, guard)
+    }
+
+    /// The writer's lock, under which keys are placed, taken and evicted.
+    pub(crate) fn lock(&self) -> Placing<'_> {
+        Placing {
+            table: self,
+            writer: sync::lock(&self.writer),
         }
-        let window = granularity.saturating_mul(self.buckets);
-        if now >= writer.quiet_until {
-            self.sweep(&mut writer, granularity, window, now, guard);
-        }
-        writer.quiet_until = writer.quiet_until.min(now.saturating_add(window));
-        if writer.len >= self.max_keys {
-            self.make_room(&mut writer, granularity, now, guard);
-        }
-        let current = self.current(guard);
-        let mut target = current.next.load(Ordering::Acquire, guard);
-        if target.is_null() && (writer.len + writer.tombstones + 1) * 2 > current.mask + 1 {
-            target = self.start(&mut writer, current, guard);
-            self.step(&mut writer, guard);
-            if self.table.load(Ordering::Relaxed, guard) == target {
-                // The migration finished in this step.
-                target = Shared::null();
-            }
-        }
-        let table = if target.is_null() {
-            self.current(guard)
-        } else {
-            // SAFETY: as in `find`.
-            unsafe { target.deref() }
-        };
-        let words = core::array::from_fn(|i| {
-            if i < Line::words(self.buckets) {
-                Line::initial(self.buckets, i)
-            } else {
-                0
-            }
-        });
-        writer.len += 1;
-        table.place(key, hashed(hash), &words)
     }
 
     /// Links a next table to `current` and returns it: twice the keys, rounded up to a power
@@ -469,6 +441,7 @@ impl InlineTable {
     ///
     /// A migration in progress moves its next chunk first, so that a table whose keys are
     /// only being evicted still finishes it.
+    #[cfg(any(test, slidegate_loom))]
     pub(crate) fn evict_idle(&self, key: u64, hash: u64, granularity: u64, now: u64) -> bool {
         let guard = &epoch::pin();
         let mut writer = sync::lock(&self.writer);
@@ -476,14 +449,17 @@ impl InlineTable {
         let Some(slot) = self.find(key, hash, guard) else {
             return false;
         };
-        // A slot outside the current table is in the next one (moved, or inserted since the
-        // migration started).
-        let current = self.current(guard);
-        let in_current = current
+        let in_current = self.in_current(slot, guard);
+        self.evict_if_idle(&mut writer, slot, in_current, granularity, now)
+    }
+
+    /// Whether `slot` is in the current table; else it is in the next one (moved, or
+    /// inserted since the migration started).
+    fn in_current(&self, slot: &Slot, guard: &Guard) -> bool {
+        self.current(guard)
             .slots
             .as_ptr_range()
-            .contains(&(slot as *const Slot));
-        self.evict_if_idle(&mut writer, slot, in_current, granularity, now)
+            .contains(&(slot as *const Slot))
     }
 
     /// Turns a live slot into a tombstone if `retire` retires its ring, counted in its table
@@ -527,7 +503,7 @@ impl InlineTable {
 
     /// Examines [`SWEEP`] slots after the sweep's cursor, evicting the keys idle for a whole
     /// `window` already: a key in steady use, idle a moment between two checks, is not
-    /// evicted and inserted again (today's store's `retire_stale`). During a migration it
+    /// evicted and inserted again (the store's `retire_stale`). During a migration it
     /// walks the next table, where the keys end up: a table that grows for long keeps
     /// migrating, and a sweep of the old one would find its slots moved.
     fn sweep(&self, writer: &mut Writer, granularity: u64, window: u64, now: u64, guard: &Guard) {
@@ -550,10 +526,18 @@ impl InlineTable {
     }
 
     /// Frees one place for a new key at `max_keys`: the first idle key among the next
-    /// [`SAMPLE`] live slots after the sweep's cursor, else the least recently active of
-    /// them, retired whatever it holds (forced, counted). A migration in progress is
-    /// finished first, so that every key is in the table sampled.
-    fn make_room(&self, writer: &mut Writer, granularity: u64, now: u64, guard: &Guard) {
+    /// [`SAMPLE`] live slots after the sweep's cursor, else, if `force`, the least recently
+    /// active of them, retired whatever it holds (forced, counted). A migration in progress
+    /// is finished first, so that every key is in the table sampled. Returns whether it
+    /// evicted one.
+    fn make_room(
+        &self,
+        writer: &mut Writer,
+        granularity: u64,
+        now: u64,
+        force: bool,
+        guard: &Guard,
+    ) -> bool {
         self.finish(writer, guard);
         let table = self.current(guard);
         let mut oldest: Option<(u64, usize)> = None;
@@ -570,20 +554,22 @@ impl InlineTable {
             }
             seen += 1;
             if self.evict_if_idle(writer, slot, true, granularity, now) {
-                return;
+                return true;
             }
             let active = slot.line(self.buckets).last_active(granularity);
             if oldest.is_none_or(|(a, _)| active < a) {
                 oldest = Some((active, i));
             }
         }
-        if let Some((_, i)) = oldest {
-            let forced = self.evict_if(writer, &table.slots[i], true, |line| {
-                line.retire_now();
-                true
-            });
-            writer.forced += u64::from(forced);
-        }
+        let Some((_, i)) = oldest.filter(|_| force) else {
+            return false;
+        };
+        let forced = self.evict_if(writer, &table.slots[i], true, |line| {
+            line.retire_now();
+            true
+        });
+        writer.forced += u64::from(forced);
+        forced
     }
 
     /// Evicts every key whose window is empty at `now`, [`SWEEP_CHUNK`] slots per taking of
@@ -637,9 +623,12 @@ impl InlineTable {
         Some(((writer.len, writer.tombstones), (live, tombstones)))
     }
 
-    /// Keys evicted while idle, and keys forced out at `max_keys` (for the tests until the
-    /// limiter reports them).
-    #[cfg(test)]
+    /// The keys the table holds.
+    pub(crate) fn len(&self) -> usize {
+        sync::lock(&self.writer).len
+    }
+
+    /// Keys evicted while idle, and keys forced out at `max_keys`.
     pub(crate) fn evictions(&self) -> (u64, u64) {
         let writer = sync::lock(&self.writer);
         (writer.evicted, writer.forced)
@@ -652,7 +641,9 @@ impl InlineTable {
     }
 
     /// A check of cost `n` on `key`'s window at `now()` under a counter's `rule` (Strict,
-    /// Weighted or the fixed window, of this table's buckets), inserting the key if absent.
+    /// Weighted or the fixed window, of this table's buckets), inserting the key if absent
+    /// (the tests' and loom models'; the keyed limiter places keys across its two stores).
+    #[cfg(any(test, slidegate_loom))]
     pub(crate) fn check(
         &self,
         key: u64,
@@ -706,12 +697,122 @@ impl InlineTable {
     }
 
     /// The window sum of `key` at `now`, if it has a live slot.
+    #[cfg(any(test, slidegate_loom))]
     pub(crate) fn sum(&self, key: u64, hash: u64, granularity: u64, now: u64) -> Option<u64> {
         let guard = &epoch::pin();
         let slot = self.find(key, hash, guard)?;
         slot.line(self.buckets)
             .read(granularity, || now, false, |r| r.tail(0))
             .map(|r| r.0)
+    }
+}
+
+/// The table's writer lock, held: the keyed limiter places a key in one of its two stores
+/// under it, so that no key has a live window in both.
+pub(crate) struct Placing<'t> {
+    table: &'t InlineTable,
+    writer: MutexGuard<'t, Writer>,
+}
+
+impl Placing<'_> {
+    /// The keys the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.writer.len
+    }
+
+    /// `key`'s live slot, if it has one. Under the lock a slot found is live: its ring is
+    /// retired (frozen, evicted or taken) only under the lock.
+    pub(crate) fn find<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+        self.table.step(&mut self.writer, guard);
+        self.table.find(key, hash, guard)
+    }
+
+    /// `key`'s live slot, inserted with a fresh window if it has none.
+    ///
+    /// Before placing a new key it sweeps a few slots for keys idle a whole window already
+    /// (`granularity` ns buckets, judged at `now`), and makes room if the table's keys and
+    /// `others` (the keys held elsewhere, which count against the same bound) are at
+    /// `max_keys`.
+    pub(crate) fn insert<'g>(
+        &mut self,
+        key: u64,
+        hash: u64,
+        granularity: u64,
+        now: u64,
+        others: usize,
+        guard: &'g Guard,
+    ) -> &'g Slot {
+        let (table, writer) = (self.table, &mut *self.writer);
+        table.step(writer, guard);
+        if let Some(slot) = table.find(key, hash, guard) {
+            return slot;
+        }
+        let window = granularity.saturating_mul(table.buckets);
+        if now >= writer.quiet_until {
+            table.sweep(writer, granularity, window, now, guard);
+        }
+        writer.quiet_until = writer.quiet_until.min(now.saturating_add(window));
+        if writer.len > 0 && writer.len + others >= table.max_keys {
+            table.make_room(writer, granularity, now, true, guard);
+        }
+        let current = table.current(guard);
+        let mut target = current.next.load(Ordering::Acquire, guard);
+        if target.is_null() && (writer.len + writer.tombstones + 1) * 2 > current.mask + 1 {
+            target = table.start(writer, current, guard);
+            table.step(writer, guard);
+            if table.table.load(Ordering::Relaxed, guard) == target {
+                // The migration finished in this step.
+                target = Shared::null();
+            }
+        }
+        let into = if target.is_null() {
+            table.current(guard)
+        } else {
+            // SAFETY: as in `find`.
+            unsafe { target.deref() }
+        };
+        let words = core::array::from_fn(|i| {
+            if i < Line::words(table.buckets) {
+                Line::initial(table.buckets, i)
+            } else {
+                0
+            }
+        });
+        writer.len += 1;
+        into.place(key, hashed(hash), &words)
+    }
+
+    /// Takes `key` out of the table, if it is there: its ring retired whatever it holds (so
+    /// every later charge on it fails and its state is final), its slot a tombstone, not
+    /// counted as an eviction. The slot, readable while `guard` is, is returned so that the
+    /// key's state can be copied where it goes ([`line::copy_to_ring`]).
+    pub(crate) fn take<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+        let slot = self.find(key, hash, guard)?;
+        let in_current = self.table.in_current(slot, guard);
+        let taken = self
+            .table
+            .evict_if(&mut self.writer, slot, in_current, |line| {
+                line.retire_now();
+                true
+            });
+        debug_assert!(taken, "a slot found under the lock is live");
+        Some(slot)
+    }
+
+    /// Frees one place for a key of a limiter whose keys are also held elsewhere, at their
+    /// joint bound: an idle key among the next [`SAMPLE`], else, if `force`, the least
+    /// recently active of them. Returns whether it evicted one.
+    pub(crate) fn make_room(
+        &mut self,
+        granularity: u64,
+        now: u64,
+        force: bool,
+        guard: &Guard,
+    ) -> bool {
+        self.writer.len > 0
+            && self
+                .table
+                .make_room(&mut self.writer, granularity, now, force, guard)
     }
 }
 

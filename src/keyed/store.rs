@@ -190,6 +190,11 @@ where
         self.len.load(Ordering::Relaxed)
     }
 
+    /// The bound on keys.
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
     /// Entries evicted because they were idle.
     pub(crate) fn evictions(&self) -> u64 {
         // Relaxed: a statistic.
@@ -280,6 +285,27 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
+        self.get_or_insert_with(key, hash, shape, now, 0, |_| {}, guard)
+    }
+
+    /// [`Store::get_or_insert`], for a limiter that also holds keys elsewhere: `others` of
+    /// them count against `max_keys` with the store's, and a fresh entry's words are handed
+    /// to `init` before it is published (the state of a key that moves here).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_or_insert_with<'g, Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        shape: impl FnOnce() -> Shape,
+        now: u64,
+        others: usize,
+        init: impl FnOnce(&[AtomicU64]),
+        guard: &'g Guard,
+    ) -> &'g Entry<K>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
         let mut writer = self.lock();
         let shape = shape();
         let table = self.table(guard);
@@ -295,6 +321,8 @@ where
             entry.state().retire_now();
             writer.made(shape, now);
             let fresh = Self::fresh(key, hash, shape, guard);
+            // SAFETY: not yet linked; freed only through `defer_destroy` once it is.
+            init(unsafe { fresh.deref() }.words());
             // Release: publishes the fresh entry's initialisation to lookups.
             table.slots[i].store(fresh, Ordering::Release);
             // SAFETY: `slot` is unlinked from the only table that is not itself retired, and
@@ -310,13 +338,15 @@ where
             self.sweep(&mut writer, table, now, guard);
         }
         writer.made(shape, now);
-        if self.len() >= self.max_keys {
-            self.make_room(&mut writer, table, now, guard);
+        if self.len() > 0 && self.len() + others >= self.max_keys {
+            self.make_room(&mut writer, table, now, true, guard);
         }
         if (self.len() + writer.tombstones + 1) * 4 > (table.mask + 1) * 3 {
             table = self.resize(&mut writer, guard);
         }
         let fresh = Self::fresh(key, hash, shape, guard);
+        // SAFETY: not yet linked; freed only through `defer_destroy` once it is.
+        init(unsafe { fresh.deref() }.words());
         let mut i = table.home(hash);
         loop {
             let slot = table.slots[i].load(Ordering::Relaxed, guard);
@@ -336,6 +366,32 @@ where
         self.len.store(self.len() + 1, Ordering::Relaxed);
         // SAFETY: just linked; freed only through `defer_destroy`.
         unsafe { fresh.deref() }
+    }
+
+    /// Retires and unlinks `key`'s entry, if the store holds one (a key whose quota moved it
+    /// to another store; not counted as an eviction).
+    pub(crate) fn remove<Q>(&self, key: &Q, hash: u64, guard: &Guard)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut writer = self.lock();
+        let table = self.table(guard);
+        if let Some((i, slot)) = self.find(table, key, hash, guard) {
+            // SAFETY: as in `get`.
+            unsafe { slot.deref() }.state().retire_now();
+            self.unlink(&mut writer, table, i, slot, guard);
+        }
+    }
+
+    /// The writer's lock, held while a limiter whose keys are also held elsewhere makes room
+    /// at their joint bound: no eviction of the store's runs meanwhile, so the count it
+    /// judged the bound by stays.
+    pub(crate) fn room(&self) -> Room<'_, K, S> {
+        Room {
+            store: self,
+            writer: self.lock(),
+        }
     }
 
     /// A new entry for `key`, tagged with its hash's fragment, not yet linked.
@@ -402,9 +458,16 @@ where
     }
 
     /// Frees one place for a new key in a store at its bound: the first idle entry among the
-    /// next [`SAMPLE`] after the cursor, else the least recently active of them (forced,
-    /// counted).
-    fn make_room(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
+    /// next [`SAMPLE`] after the cursor, else, if `force`, the least recently active of them
+    /// (forced, counted). Returns whether it evicted one.
+    fn make_room(
+        &self,
+        writer: &mut Writer,
+        table: &Table<K>,
+        now: u64,
+        force: bool,
+        guard: &Guard,
+    ) -> bool {
         let mut oldest: Option<((bool, u64), usize)> = None;
         let mut seen = 0;
         for _ in 0..=table.mask {
@@ -419,7 +482,7 @@ where
             }
             seen += 1;
             if self.evict_if_idle(writer, table, i, now, guard) {
-                return;
+                return true;
             }
             // SAFETY: as in `get`; only this writer unlinks, and it did not.
             let entry = unsafe { slot.deref() };
@@ -432,15 +495,17 @@ where
                 oldest = Some((rank, i));
             }
         }
-        if let Some((_, i)) = oldest {
-            let slot = table.slots[i].load(Ordering::Relaxed, guard);
-            // SAFETY: as above.
-            let entry = unsafe { slot.deref() };
-            entry.state().retire_now();
-            self.unlink(writer, table, i, slot, guard);
-            // Relaxed: a statistic.
-            self.forced.fetch_add(1, Ordering::Relaxed);
-        }
+        let Some((_, i)) = oldest.filter(|_| force) else {
+            return false;
+        };
+        let slot = table.slots[i].load(Ordering::Relaxed, guard);
+        // SAFETY: as above.
+        let entry = unsafe { slot.deref() };
+        entry.state().retire_now();
+        self.unlink(writer, table, i, slot, guard);
+        // Relaxed: a statistic.
+        self.forced.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Retires and unlinks the entry in slot `i` if it is idle at `now`.
@@ -550,6 +615,30 @@ where
         writer.cursor = 0;
         // SAFETY: just published; freed only through `defer_destroy`.
         unsafe { fresh.deref() }
+    }
+}
+
+/// The store's writer lock, held (see [`Store::room`]).
+pub(crate) struct Room<'s, K, S> {
+    store: &'s Store<K, S>,
+    writer: MutexGuard<'s, Writer>,
+}
+
+impl<K, S> Room<'_, K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// The store's entries.
+    pub(crate) fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Frees one place: an idle entry among the next [`SAMPLE`], else, if `force`, the
+    /// least recently active of them. Returns whether it evicted one.
+    pub(crate) fn make_room(&mut self, now: u64, force: bool, guard: &Guard) -> bool {
+        let store = self.store;
+        store.len() > 0 && store.make_room(&mut self.writer, store.table(guard), now, force, guard)
     }
 }
 

@@ -1,16 +1,13 @@
 //! A key's word: the eight bytes an inline table slot keeps in place of the key, for key
 //! types whose `Hash` writes them injectively.
 //!
-//! Compiled for its tests until the keyed limiter uses the inline table (see
-//! `docs/inline-store.md`, step 3).
-//!
 //! Lookups take a borrowed `&Q`, not the owned `&K`, and `Q` need not be `'static`, so a
 //! word is not read from the key's memory: it is what the key's `Hash` writes, captured by
 //! [`Capture`]. The `Borrow` contract makes a borrowed key hash as its owner does, so a key
 //! and every borrowed form of it give the same word. Whether a type's writes are injective
 //! is a property of the type, not of `Hash`'s contract (which allows collisions), so only
 //! the types listed in [`Encoding::of`] qualify, recognised by `TypeId` (`KeyedLimiter`
-//! already requires `K: 'static`); every other key type keeps today's store.
+//! already requires `K: 'static`); every other key type keeps the store.
 
 use core::any::TypeId;
 use core::hash::{Hash, Hasher};

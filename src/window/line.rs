@@ -1,14 +1,12 @@
 //! A ring whose count, front bucket and flags share one word: the protocol of a key's window
 //! kept in one 64-byte line of an inline table.
 //!
-//! [`ring`](super::ring) keeps three words before its slots (`front`, `goal`, `cum`); with
+//! [`super::ring`] keeps three words before its slots (`front`, `goal`, `cum`); with
 //! [`Compact`] slots a window of `N = 10` buckets then needs 72 bytes, so a key's window, its
 //! key and its hash cannot share one cache line. This ring keeps one word and the `N + 1`
 //! compact slots: at `N = 10`, 8 + 44 bytes, leaving 12 for an 8-byte key and a 32-bit hash
-//! (the half slot after the eleventh). It is compiled for its tests, the inline table's
-//! ([`keyed::inline`](crate::keyed::inline)) and the loom models
-//! (`loom-tests/tests/line_*.rs`) until the keyed limiter uses it (see
-//! `docs/inline-store.md`).
+//! (the half slot after the eleventh). The keyed limiter's inline table
+//! ([`crate::keyed::inline`]) keeps one in each key's slot (see `docs/inline-store.md`).
 //!
 //! # The word
 //!
@@ -228,7 +226,6 @@ impl<'a> Line<'a> {
     }
 
     /// Whether a quota of `limit` over `buckets` buckets of `granularity` ns fits a line ring.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn fits(limit: u64, buckets: u64, granularity: u64) -> bool {
         limit <= COMPACT_MAX_LIMIT
             && (1..=LINE_MAX_BUCKETS).contains(&buckets)
@@ -563,7 +560,6 @@ fn charge_loop(
 /// peek (`counter::decide` with `Op::Peek`). `None` if the ring is retired.
 // The loom models check admissions only: a peek writes only when it helps a fill in
 // progress, which the models' checks and sums exercise through `Line::read`.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn peek(
     line: &Line<'_>,
     rule: &CounterRule,
@@ -601,7 +597,6 @@ pub(crate) fn refund(
 /// from the word, with the count it claimed, as its first reader finishes it on the line.
 /// The caller holds the table's writer lock, so nothing writes the line meanwhile (a
 /// refund takes the lock too, and the retirement stops charges and fills).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn copy_to_ring(line: &Line<'_>, ring: &[AtomicU64]) {
     let n = line.buckets;
     debug_assert_eq!(ring.len(), Ring::<Compact>::words(n));
@@ -662,6 +657,7 @@ pub(crate) fn check_strict(
 }
 
 /// The Strict rule of `limit` over `buckets` buckets of `granularity` ns.
+#[cfg(any(test, slidegate_loom))]
 pub(crate) fn strict(limit: u64, buckets: u64, granularity: u64) -> CounterRule {
     let g = core::time::Duration::from_nanos(granularity);
     let quota = crate::quota::Quota::new(limit, g * buckets as u32)

@@ -12,9 +12,7 @@
 pub(crate) mod counter;
 pub(crate) mod cum;
 pub(crate) mod gcra;
-// The one-word ring of the inline store, compiled for its tests and loom models until the
-// store lands (see docs/inline-store.md).
-#[cfg(any(test, slidegate_loom))]
+// The one-word ring of the inline store's table (`keyed::inline`).
 pub(crate) mod line;
 pub(crate) mod log;
 pub(crate) mod ring;

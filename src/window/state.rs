@@ -456,7 +456,9 @@ impl Quota {
     /// `4·(N + 1)` rounded up to 8, plus 40 bytes (`N + 1` snapshots of 32 bits, three more
     /// words and a 16-byte head); for a larger limit or window, or Strict with marks,
     /// `8·(N + 1) + 40` (64-bit snapshots); for GCRA 24; for the exact log `8·L` rounded up
-    /// to a power of two, plus 64.
+    /// to a power of two, plus 64. A key kept inline (see the
+    /// [`KeyedLimiter`](crate::KeyedLimiter)'s "Memory") takes one 64-byte slot instead,
+    /// key included.
     ///
     /// ```
     /// use slidegate::{Mode, Quota};

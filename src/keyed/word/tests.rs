@@ -20,7 +20,7 @@ fn only_types_that_hash_to_at_most_eight_telling_bytes_have_a_word() {
     assert_eq!(Encoding::of::<char>(), Some(Encoding::Bytes(4)));
     assert_eq!(Encoding::of::<u64>(), Some(Encoding::Bytes(8)));
     assert_eq!(Encoding::of::<Ipv4Addr>(), Some(Encoding::Ipv4));
-    // Too wide, or not known to be injective: today's store.
+    // Too wide, or not known to be injective: the store.
     assert_eq!(Encoding::of::<u128>(), None);
     assert_eq!(Encoding::of::<String>(), None);
     assert_eq!(Encoding::of::<str>(), None);

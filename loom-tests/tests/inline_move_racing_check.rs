@@ -1,0 +1,54 @@
+// The keyed limiter's two stores: a `check_all` moving a key out of the inline table while
+// a check charges it there.
+//
+// Proves: a key whose quota fits a line ring lives in the inline table; a `check_all` that
+// reserves on it moves it to the store (its slot's ring retired under the table's lock, its
+// state copied into a store entry published after the copy). A check racing the move either
+// charges the slot before the retirement, and the copy carries the unit, or fails on the
+// retired ring and finds the key's store entry under the lock. On every interleaving,
+// exactly one of the two requests is admitted (the key held one unit of a limit of two),
+// the key has one window holding both units, and a later check is denied.
+//
+// Would fail if the move made the slot a tombstone without retiring its ring: a check that
+// found the slot before the move charges the old slot after the copy, a unit no window
+// holds (both requests admitted, and a third after them).
+//
+// Checked in scratch builds: with `Placing::take` not retiring the ring, the model fails.
+#![cfg(slidegate_loom)]
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+use loom_tests::{FixedHasher, model};
+use slidegate::clock::ManualClock;
+use slidegate::{KeyedLimiter, Limit, Quota, check_all};
+
+#[test]
+fn a_move_racing_a_check() {
+    model(|| {
+        // Ten buckets of 100 ms: a line ring's shape, so the key goes inline.
+        let quota = Quota::new(2, Duration::from_secs(1)).expect("valid quota");
+        let keyed = Arc::new(
+            KeyedLimiter::<u32>::builder(quota)
+                .clock(ManualClock::new())
+                .hasher(FixedHasher::default())
+                .build(),
+        );
+        assert!(keyed.check(&1).is_allowed());
+        let checker = {
+            let keyed = Arc::clone(&keyed);
+            thread::spawn(move || keyed.check(&1).is_allowed())
+        };
+        let key = keyed.key(&1);
+        let all = check_all(&[(&key as &dyn Limit, 1)]).expect("valid cost");
+        let checked = checker.join().expect("checker panicked");
+        assert!(
+            all.is_allowed() != checked,
+            "check_all {all:?}, check {checked}"
+        );
+        assert_eq!(keyed.len(), 1, "one window");
+        assert_eq!(keyed.peek(&1).remaining(), 0);
+        assert!(!keyed.check(&1).is_allowed(), "a unit was lost");
+    });
+}

@@ -1,0 +1,367 @@
+//! Which of a keyed limiter's two stores holds a key, and the moves between them.
+//!
+//! A limiter whose key type has an inline word ([`Encoding::of`]) and whose default quota
+//! fits a line ring ([`Line::fits`]) keeps its keys in an [`InlineTable`]: each key's window
+//! in the key's own 64-byte slot, found with one cache miss at a million keys. A key lives
+//! there while its quota has the table's shape (the default's buckets and granularity,
+//! compact slots). Every other key lives in the [`Store`](super::store::Store): a key of
+//! another shape (an override), and a key a [`check_all`](crate::check_all) reserves on,
+//! whose reservation needs the pending field a line ring has no room for. Such a key is
+//! *moved*: its slot taken out of the table under the table's lock and its state copied
+//! into a store entry ([`line::copy_to_ring`]) before the entry is published. It stays in
+//! the store until it is evicted.
+//!
+//! # One live window per key
+//! Every placement of a key in either store (an insert in the table, an insert or a
+//! replacement in the store) runs under the table's writer lock, which looks the key up in
+//! both stores first. So a key has at most one live window at a time, as in a limiter of one
+//! store:
+//! - an insert in the table finds a live store entry of the table's shape and uses it, or
+//!   one of another shape and retires it (its counts dropped, as the store drops an entry
+//!   of another shape);
+//! - an insert in the store takes the key's slot out of the table, copying its counts when
+//!   the entry has the table's shape.
+//!
+//! A check that loses a race to a move (its slot retired) goes to the lock and finds the
+//! key where it went; the table's own protocol (`keyed::inline`) covers migrations and
+//! evictions. Under the lock the key's quota is read again, so a caller that read an older
+//! quota does not place the key for it.
+//!
+//! # One bound
+//! `max_keys` bounds the keys of both stores together. A new key at the bound evicts an idle
+//! key if the table's sample or the store's has one (sixteen keys each, as a store of its
+//! own samples); otherwise it forces out the least recently active key of the table's
+//! sample while the table holds a key, else of the store's. The table's keys are forced out
+//! first because none holds a `check_all` reservation: a call that makes several new keys at
+//! the bound must not force out a key it has just reserved on.
+
+use core::borrow::Borrow;
+use core::hash::{BuildHasher, Hash};
+
+use crate::algo::Rule;
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::sync::epoch::Guard;
+use crate::window::counter;
+use crate::window::line::{self, Line};
+use crate::window::state::{Shape, State, on_ring};
+
+use super::KeyedLimiter;
+use super::entry::Entry;
+use super::inline::{InlineTable, Placing, Slot};
+use super::overrides::KeyRule;
+use super::word::Encoding;
+
+/// A limiter's inline table, with what tells which keys it holds.
+pub(super) struct Lines {
+    pub(super) table: InlineTable,
+    encoding: Encoding,
+    /// The shape of the keys the table holds: a compact ring of the default's buckets.
+    shape: Shape,
+    granularity: u64,
+    buckets: u64,
+}
+
+impl Lines {
+    /// The inline table of a limiter of `K` keys under `default`, if `K` has an inline word
+    /// and the quota fits a line ring.
+    pub(super) fn new<K: 'static>(default: &KeyRule, max_keys: usize) -> Option<Lines> {
+        let encoding = Encoding::of::<K>()?;
+        let Shape::Ring {
+            granularity,
+            buckets,
+            compact: true,
+        } = default.shape
+        else {
+            return None;
+        };
+        if default.rule.counter.is_marked() || !Line::fits(default.rule.limit, buckets, granularity)
+        {
+            return None;
+        }
+        Some(Lines {
+            table: InlineTable::with_max_keys(buckets, max_keys),
+            encoding,
+            shape: default.shape,
+            granularity,
+            buckets,
+        })
+    }
+
+    /// `key`'s word if a key under `keyed` lives in the table. A compact shape implies no
+    /// marks and a limit of at most 2²¹, and the buckets are the table's, so the quota
+    /// fits a line ring. (A borrowed form whose `Hash` breaks the `Borrow` contract has no
+    /// word: it goes to the store, where a `HashMap` would not find its owner either.)
+    #[inline]
+    pub(super) fn word<Q: Hash + ?Sized>(&self, keyed: &KeyRule, key: &Q) -> Option<u64> {
+        if keyed.shape == self.shape {
+            self.encoding.word(key)
+        } else {
+            None
+        }
+    }
+
+    /// The keys the table holds.
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Evicts every key of the table whose window is empty at `now`.
+    pub(super) fn retain_recent(&self, now: u64) -> usize {
+        self.table.retain_recent(self.granularity, now)
+    }
+}
+
+/// Where a key's window is.
+enum Place<'g, K> {
+    /// In its slot of the inline table.
+    Line(&'g Slot),
+    /// In the store, moved there by a `check_all`.
+    Entry(&'g Entry<K>),
+    /// The key's quota no longer has the table's shape: the store's path decides.
+    Elsewhere,
+}
+
+impl<K, C, S> KeyedLimiter<K, C, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// A check of `n` (valid under `rule`) on a key of the inline table's shape whose word
+    /// is `word`: in its slot, or in its store entry if a `check_all` moved it there. `None`
+    /// if the key's quota changed shape meanwhile (the store's path then decides).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn acquire_line<Q>(
+        &self,
+        lines: &Lines,
+        key: &Q,
+        word: u64,
+        hash: u64,
+        n: u64,
+        rule: &Rule,
+        guard: &Guard,
+    ) -> Option<Decision>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let now = || self.clock.now().0;
+        let mut place = match lines.table.find(word, hash, guard) {
+            Some(slot) => Place::Line(slot),
+            None => match self.moved(lines, key, hash, guard) {
+                Some(entry) => Place::Entry(entry),
+                None => self.place_line(lines, key, word, hash, guard),
+            },
+        };
+        loop {
+            let decided = match place {
+                Place::Line(slot) => line::charge(&slot.line(lines.buckets), &rule.counter, now, n),
+                Place::Entry(entry) => on_ring!(entry.state(),
+                    |_, ring| counter::charge(ring, &rule.counter, now, n),
+                    _ => return None,
+                ),
+                Place::Elsewhere => return None,
+            };
+            if decided.is_some() {
+                return decided;
+            }
+            // Retired: frozen by a migration, evicted, or moved. Under the lock, the key's
+            // window as it is now.
+            place = self.place_line(lines, key, word, hash, guard);
+        }
+    }
+
+    /// `key`'s store entry of the table's shape, if a `check_all` moved it there (lock-free).
+    #[inline]
+    fn moved<'g, Q>(
+        &self,
+        lines: &Lines,
+        key: &Q,
+        hash: u64,
+        guard: &'g Guard,
+    ) -> Option<&'g Entry<K>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.store
+            .get(key, hash, guard)
+            .filter(|entry| entry.fits(lines.shape))
+    }
+
+    /// The table's writer path: `key`'s window, under the table's lock, in its slot
+    /// (inserted if the key has none anywhere) or in the store entry a move left.
+    #[cold]
+    fn place_line<'g, Q>(
+        &'g self,
+        lines: &'g Lines,
+        key: &Q,
+        word: u64,
+        hash: u64,
+        guard: &'g Guard,
+    ) -> Place<'g, K>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut placing = lines.table.lock();
+        if lines.word(self.rule_for(key, guard), key).is_none() {
+            return Place::Elsewhere;
+        }
+        if let Some(slot) = placing.find(word, hash, guard) {
+            return Place::Line(slot);
+        }
+        // A retired entry is on its way out (an idle eviction by `retain_recent`, the only
+        // writer that runs without this lock): the key has no window.
+        if let Some(entry) = self
+            .store
+            .get(key, hash, guard)
+            .filter(|entry| !entry.state().is_retired())
+        {
+            if entry.fits(lines.shape) {
+                return Place::Entry(entry);
+            }
+            // Made under a quota of another shape: its counts are dropped, as the store
+            // drops an entry whose quota changed shape.
+            self.store.remove(key, hash, guard);
+        }
+        let now = self.clock.now().0;
+        self.make_room(lines, &mut placing, now, guard);
+        let others = self.store.len();
+        Place::Line(placing.insert(word, hash, lines.granularity, now, others, guard))
+    }
+
+    /// The store's writer path in a limiter with an inline table: `key`'s live store entry
+    /// of its quota's shape, placed under the table's lock. A slot the key has in the table
+    /// is taken out first, its counts copied into the entry when the entry has the table's
+    /// shape (a key a `check_all` reserves on), dropped when the quota changed shape.
+    pub(super) fn insert_beside<'g, Q>(
+        &self,
+        lines: &Lines,
+        key: &Q,
+        hash: u64,
+        now: u64,
+        guard: &'g Guard,
+    ) -> &'g Entry<K>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let mut placing = lines.table.lock();
+        let shape = self.rule_for(key, guard).shape;
+        let taken = lines
+            .encoding
+            .word(key)
+            .and_then(|word| placing.take(word, hash, guard));
+        if taken.is_none() {
+            self.make_room(lines, &mut placing, now, guard);
+        }
+        let copied = taken.filter(|_| shape == lines.shape);
+        let init = |words: &[_]| {
+            if let Some(slot) = copied {
+                line::copy_to_ring(&slot.line(lines.buckets), words);
+            }
+        };
+        let others = placing.len();
+        self.store
+            .get_or_insert_with(key, hash, || shape, now, others, init, guard)
+    }
+
+    /// Frees one place for a new key if the two stores hold `max_keys` together: an idle
+    /// key of the table's sample, else of the store's, else the table's least recently
+    /// active, else the store's (see "One bound").
+    ///
+    /// Both stores' locks are held, so neither store's `retain_recent` evicts meanwhile: a
+    /// count read before it had made room would force a key out for nothing.
+    fn make_room(&self, lines: &Lines, placing: &mut Placing<'_>, now: u64, guard: &Guard) {
+        let mut store = self.store.room();
+        if placing.len() + store.len() < self.store.max_keys() {
+            return;
+        }
+        let g = lines.granularity;
+        let _ = placing.make_room(g, now, false, guard)
+            || store.make_room(now, false, guard)
+            || placing.make_room(g, now, true, guard)
+            || store.make_room(now, true, guard);
+    }
+
+    /// `key`'s store entry of `keyed`'s shape, moved out of the table if it is there (a key
+    /// a `check_all` reserves on); `None` if it is in neither store.
+    pub(super) fn move_existing<'g, Q>(
+        &self,
+        keyed: &KeyRule,
+        key: &Q,
+        hash: u64,
+        guard: &'g Guard,
+    ) -> Option<&'g Entry<K>>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let lines = self.lines.as_ref()?;
+        let word = lines.word(keyed, key)?;
+        lines.table.find(word, hash, guard)?;
+        let entry = self.insert_beside(lines, key, hash, self.clock.now().0, guard);
+        entry.fits(keyed.shape).then_some(entry)
+    }
+
+    /// What a check of `n` on a key of the table's shape would decide now, if the key has a
+    /// slot; `None` if it has none (the store's path then decides: a moved key, or a fresh
+    /// window).
+    pub(super) fn peek_line<Q>(
+        &self,
+        keyed: &KeyRule,
+        key: &Q,
+        hash: u64,
+        n: u64,
+        guard: &Guard,
+    ) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let lines = self.lines.as_ref()?;
+        let word = lines.word(keyed, key)?;
+        let now = || self.clock.now().0;
+        let peek = |slot: &Slot| line::peek(&slot.line(lines.buckets), &keyed.rule.counter, now, n);
+        let slot = lines.table.find(word, hash, guard)?;
+        // Retired (frozen by a migration, evicted, or moved): under the lock a slot found is
+        // live.
+        peek(slot).or_else(|| lines.table.lock().find(word, hash, guard).and_then(peek))
+    }
+
+    /// Frees up to `n` units of a key of the table's shape; `None` if it has no slot.
+    pub(super) fn refund_line<Q>(&self, keyed: &KeyRule, key: &Q, hash: u64, n: u64) -> Option<u64>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let lines = self.lines.as_ref()?;
+        let word = lines.word(keyed, key)?;
+        let now = || self.clock.now().0;
+        lines.table.refund(word, hash, &keyed.rule.counter, now, n)
+    }
+
+    /// The total cost admitted to `key`'s slot (wrapping at 2²⁴), if it has one.
+    pub(super) fn admitted_line<Q>(
+        &self,
+        keyed: &KeyRule,
+        key: &Q,
+        hash: u64,
+        guard: &Guard,
+    ) -> Option<u64>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let lines = self.lines.as_ref()?;
+        let word = lines.word(keyed, key)?;
+        let slot = lines.table.find(word, hash, guard)?;
+        Some(slot.line(lines.buckets).admitted())
+    }
+}
+
+#[cfg(test)]
+mod tests;
