@@ -139,6 +139,7 @@ impl Slot {
 
     /// The slot's state. Acquire: pairs with the Release that published it, so the key and
     /// the ring's words written before are visible.
+    #[inline]
     fn state(&self) -> u32 {
         Compact::load(&self.ring[1..], STATE, Ordering::Acquire) as u32
     }
@@ -157,6 +158,7 @@ impl Slot {
     }
 
     /// The key's ring of `buckets` buckets.
+    #[inline]
     pub(crate) fn line(&self, buckets: u64) -> Line<'_> {
         Line::on(&self.ring, buckets)
     }
@@ -181,6 +183,7 @@ impl Table {
     }
 
     /// Where `key` is in this table.
+    #[inline]
     fn probe(&self, key: u64, hash: u32) -> Probe<'_> {
         let mut i = hash as usize & self.mask;
         for _ in 0..=self.mask {
@@ -266,6 +269,7 @@ pub(crate) struct InlineTable {
 }
 
 /// The bits of `hash` a slot keeps.
+#[inline]
 fn hashed(hash: u64) -> u32 {
     hash as u32 & HASH
 }
@@ -317,6 +321,7 @@ impl InlineTable {
     }
 
     /// `key`'s live slot, if it has one: lock-free (see "Lookups").
+    #[inline]
     pub(crate) fn find<'g>(&self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
         let hash = hashed(hash);
         let mut table = self.current(guard);
@@ -733,6 +738,7 @@ impl Placing<'_> {
     /// (`granularity` ns buckets, judged at `now`), and makes room if the table's keys and
     /// `others` (the keys held elsewhere, which count against the same bound) are at
     /// `max_keys`.
+    #[cfg(any(test, slidegate_loom))]
     pub(crate) fn insert<'g>(
         &mut self,
         key: u64,
@@ -742,11 +748,24 @@ impl Placing<'_> {
         others: usize,
         guard: &'g Guard,
     ) -> &'g Slot {
-        let (table, writer) = (self.table, &mut *self.writer);
-        table.step(writer, guard);
-        if let Some(slot) = table.find(key, hash, guard) {
+        if let Some(slot) = self.find(key, hash, guard) {
             return slot;
         }
+        self.insert_absent(key, hash, granularity, now, others, guard)
+    }
+
+    /// [`Placing::insert`] of a key [`Placing::find`] has just found absent, under this
+    /// same lock.
+    pub(crate) fn insert_absent<'g>(
+        &mut self,
+        key: u64,
+        hash: u64,
+        granularity: u64,
+        now: u64,
+        others: usize,
+        guard: &'g Guard,
+    ) -> &'g Slot {
+        let (table, writer) = (self.table, &mut *self.writer);
         let window = granularity.saturating_mul(table.buckets);
         if now >= writer.quiet_until {
             table.sweep(writer, granularity, window, now, guard);

@@ -148,12 +148,38 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let now = || self.clock.now().0;
-        let mut place = match lines.table.find(word, hash, guard) {
-            Some(slot) => Place::Line(slot),
-            None => match self.moved(lines, key, hash, guard) {
-                Some(entry) => Place::Entry(entry),
-                None => self.place_line(lines, key, word, hash, guard),
-            },
+        if let Some(slot) = lines.table.find(word, hash, guard) {
+            let decided = line::charge(&slot.line(lines.buckets), &rule.counter, now, n);
+            if decided.is_some() {
+                return decided;
+            }
+        }
+        self.acquire_line_slow(lines, key, word, hash, n, rule, guard)
+    }
+
+    /// [`KeyedLimiter::acquire_line`] for a key without a live slot the lock-free lookup
+    /// found: moved, new, or retired under the check. Out of line, so that the common case
+    /// stays small.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_line_slow<Q>(
+        &self,
+        lines: &Lines,
+        key: &Q,
+        word: u64,
+        hash: u64,
+        n: u64,
+        rule: &Rule,
+        guard: &Guard,
+    ) -> Option<Decision>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let now = || self.clock.now().0;
+        let mut place = match self.moved(lines, key, hash, guard) {
+            Some(entry) => Place::Entry(entry),
+            None => self.place_line(lines, key, word, hash, guard),
         };
         loop {
             let decided = match place {
@@ -174,6 +200,8 @@ where
     }
 
     /// `key`'s store entry of the table's shape, if a `check_all` moved it there (lock-free).
+    /// An empty store is not probed: a key moved since its count was read is found under the
+    /// lock.
     #[inline]
     fn moved<'g, Q>(
         &self,
@@ -186,6 +214,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.store.len() == 0 {
+            return None;
+        }
         self.store
             .get(key, hash, guard)
             .filter(|entry| entry.fits(lines.shape))
@@ -230,7 +261,7 @@ where
         let now = self.clock.now().0;
         self.make_room(lines, &mut placing, now, guard);
         let others = self.store.len();
-        Place::Line(placing.insert(word, hash, lines.granularity, now, others, guard))
+        Place::Line(placing.insert_absent(word, hash, lines.granularity, now, others, guard))
     }
 
     /// The store's writer path in a limiter with an inline table: `key`'s live store entry
@@ -276,6 +307,11 @@ where
     /// Both stores' locks are held, so neither store's `retain_recent` evicts meanwhile: a
     /// count read before it had made room would force a key out for nothing.
     fn make_room(&self, lines: &Lines, placing: &mut Placing<'_>, now: u64, guard: &Guard) {
+        // Below the bound without the store's lock: without the table's lock (held) the
+        // store's count only falls.
+        if placing.len() + self.store.len() < self.store.max_keys() {
+            return;
+        }
         let mut store = self.store.room();
         if placing.len() + store.len() < self.store.max_keys() {
             return;

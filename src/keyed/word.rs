@@ -56,55 +56,107 @@ impl Encoding {
     pub(crate) fn word<Q: Hash + ?Sized>(self, key: &Q) -> Option<u64> {
         let mut capture = Capture::default();
         key.hash(&mut capture);
-        let written = capture.written()?;
+        // The bytes past those written are zero: the first eight are the written ones,
+        // zero-extended (whole-array reads, so no copy of a variable length).
+        let first = capture.first();
         match self {
-            Encoding::Bytes(n) if written.len() == n => Some(zero_extended(written)),
-            Encoding::Ipv4 if written.len() == 4 => Some(zero_extended(written)),
-            Encoding::Ipv4 => match written.split_at_checked(size_of::<usize>()) {
-                Some((prefix, octets)) if prefix == 4usize.to_ne_bytes() && octets.len() == 4 => {
-                    Some(zero_extended(octets))
-                }
-                _ => None,
-            },
-            Encoding::Bytes(_) => None,
+            Encoding::Bytes(n) if capture.len == n => Some(first),
+            Encoding::Ipv4 if capture.len == 4 => Some(first),
+            Encoding::Ipv4
+                if capture.len == size_of::<usize>() + 4
+                    && capture.bytes[..size_of::<usize>()] == 4usize.to_ne_bytes() =>
+            {
+                // The four octets after the prefix, zero-extended.
+                let at = size_of::<usize>();
+                Some(u64::from_ne_bytes(zero_extended(
+                    &capture.bytes[at..at + 4],
+                )))
+            }
+            _ => None,
         }
     }
 }
 
-/// `bytes` (at most eight) as a word, zero-extended.
-fn zero_extended(bytes: &[u8]) -> u64 {
+/// `bytes` (at most eight), zero-extended to eight.
+fn zero_extended(bytes: &[u8]) -> [u8; 8] {
     let mut word = [0; 8];
     word[..bytes.len()].copy_from_slice(bytes);
-    u64::from_ne_bytes(word)
+    word
 }
 
 /// A `Hasher` that keeps the bytes written to it (up to sixteen), to read a key's word.
+/// More than sixteen make its length [`OVERFLOW`], which no encoding accepts.
 #[derive(Default)]
 struct Capture {
     bytes: [u8; 16],
     len: usize,
-    /// More than sixteen bytes were written.
-    overflow: bool,
 }
 
+/// The length of a capture that was written more than sixteen bytes.
+const OVERFLOW: usize = usize::MAX;
+
 impl Capture {
-    fn written(&self) -> Option<&[u8]> {
-        (!self.overflow).then(|| &self.bytes[..self.len])
+    /// The first eight bytes as a word.
+    #[inline]
+    fn first(&self) -> u64 {
+        let [a, b, c, d, e, f, g, h, ..] = self.bytes;
+        u64::from_ne_bytes([a, b, c, d, e, f, g, h])
+    }
+
+    /// Appends a fixed number of bytes: a copy of a constant length, which the integer
+    /// writes of a key's `Hash` take.
+    #[inline]
+    fn put<const N: usize>(&mut self, bytes: [u8; N]) {
+        match self.bytes.get_mut(self.len..self.len.saturating_add(N)) {
+            Some(room) => {
+                room.copy_from_slice(&bytes);
+                self.len += N;
+            }
+            None => self.len = OVERFLOW,
+        }
     }
 }
 
 impl Hasher for Capture {
     fn write(&mut self, bytes: &[u8]) {
-        match self.bytes.get_mut(self.len..self.len + bytes.len()) {
+        match self
+            .bytes
+            .get_mut(self.len..self.len.saturating_add(bytes.len()))
+        {
             Some(room) => {
                 room.copy_from_slice(bytes);
                 self.len += bytes.len();
             }
-            None => self.overflow = true,
+            None => self.len = OVERFLOW,
         }
     }
 
-    /// Not a hash: the word is read from [`Capture::written`].
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.put(i.to_ne_bytes());
+    }
+
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.put(i.to_ne_bytes());
+    }
+
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.put(i.to_ne_bytes());
+    }
+
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.put(i.to_ne_bytes());
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.put(i.to_ne_bytes());
+    }
+
+    /// Not a hash: the word is read from the bytes ([`Encoding::word`]).
     fn finish(&self) -> u64 {
         0
     }

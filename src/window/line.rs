@@ -118,6 +118,20 @@ const _: () = assert!(MAX_READING / LINE_MIN_GRANULARITY + LINE_MAX_BUCKETS + 1 
 /// The most buckets a line ring has: eleven compact slots fill 44 bytes of a 64-byte line.
 pub(crate) const LINE_MAX_BUCKETS: u64 = 10;
 
+/// `⌈2⁶⁴ / d⌉` for each divisor `d = N + 1` of a line ring (`2 ..= 11`; 0 elsewhere):
+/// `⌊a·m / 2⁶⁴⌋ = ⌊a / d⌋` exactly for every `a < 2⁶⁰`. With `m = 2⁶⁴/d + e`, `0 ≤ e < 1`,
+/// `a·m / 2⁶⁴ = a/d + a·e/2⁶⁴`, whose second term is below `2⁻⁴` while the fraction of `a/d`
+/// is at most `(d − 1)/d ≤ 1 − 1/11`: the floor does not move. Buckets stay below 2³⁹.
+const RECIPROCALS: [u64; LINE_MAX_BUCKETS as usize + 2] = {
+    let mut r = [0; LINE_MAX_BUCKETS as usize + 2];
+    let mut d = 2;
+    while d < r.len() {
+        r[d] = u64::MAX / d as u64 + 1;
+        d += 1;
+    }
+    r
+};
+
 /// The front bucket of `word`.
 #[inline(always)]
 pub(crate) fn front_of(word: u64) -> u64 {
@@ -234,6 +248,7 @@ impl<'a> Line<'a> {
 
     /// The ring of `buckets` buckets on `words` (at least [`Line::words`], initialised by
     /// [`Line::initial`]).
+    #[inline]
     pub(crate) fn on(words: &'a [AtomicU64], buckets: u64) -> Line<'a> {
         let (word, slots) = words.split_first().expect("a line ring has a word");
         Line {
@@ -243,9 +258,15 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// The slot of `bucket`: `bucket mod (N + 1)`, by a multiplication with the divisor's
+    /// reciprocal ([`RECIPROCALS`]) rather than a division, which the fast path would take
+    /// up to three times per check (a 64-bit division is tens of cycles).
     #[inline(always)]
     fn index(&self, bucket: u64) -> usize {
-        (bucket % (self.buckets + 1)) as usize
+        let d = self.buckets + 1;
+        debug_assert!(bucket < 1 << 60, "bucket {bucket}");
+        let q = ((u128::from(bucket) * u128::from(RECIPROCALS[d as usize])) >> 64) as u64;
+        (bucket - q * d) as usize
     }
 
     #[inline(always)]

@@ -417,3 +417,37 @@ fn decisions_hold_across_the_wrap_of_the_count() {
     // 40·2²¹ is a multiple of 2²⁴.
     assert_eq!(line.admitted(), 0, "the count wrapped");
 }
+
+/// The slot index by reciprocal is the remainder, for every `N` a line ring takes, over
+/// buckets from 0 to well past any a reading reaches (fails with a reciprocal rounded down).
+#[test]
+fn slot_indices_by_reciprocal_are_the_remainders() {
+    for n in 1..=LINE_MAX_BUCKETS {
+        let words = owned(n);
+        let line = Line::on(&words, n);
+        let d = n + 1;
+        let edges = (0..64).flat_map(|s| {
+            let p = 1u64 << s;
+            [p - 1, p, p + 1, p.wrapping_mul(d).wrapping_sub(1)]
+        });
+        for bucket in (0..10_000).chain(edges).filter(|&b| b < 1 << 60) {
+            assert_eq!(
+                line.index(bucket) as u64,
+                bucket % d,
+                "N = {n}, bucket {bucket}"
+            );
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let bucket = x >> 4;
+            assert_eq!(
+                line.index(bucket) as u64,
+                bucket % d,
+                "N = {n}, bucket {bucket}"
+            );
+        }
+    }
+}
