@@ -80,7 +80,7 @@ use crate::algo::sliding_counter::CounterRule;
 #[cfg(any(test, slidegate_loom))]
 use crate::decision::Decision;
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
-use crate::sync::{self, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::window::cum::RETIRED;
 use crate::window::line::{self, LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
 use crate::window::ring::{Compact, Slots};
@@ -266,6 +266,8 @@ pub(crate) struct InlineTable {
     /// The most keys the table holds: an insert beyond it evicts a key first.
     max_keys: usize,
     writer: Mutex<Writer>,
+    /// The writer's count of keys, for readers that do not take its lock (`len`).
+    len: AtomicUsize,
 }
 
 /// The bits of `hash` a slot keeps.
@@ -298,6 +300,7 @@ impl InlineTable {
             table: Atomic::new(Table::new(MIN_CAPACITY)),
             buckets,
             max_keys: max_keys.max(1),
+            len: AtomicUsize::new(0),
             writer: Mutex::new(Writer {
                 len: 0,
                 tombstones: 0,
@@ -482,6 +485,8 @@ impl InlineTable {
         }
         slot.set_state(state, TOMBSTONE);
         writer.len -= 1;
+        // Relaxed: a statistic, written only under the lock.
+        self.len.store(writer.len, Ordering::Relaxed);
         if in_current {
             writer.tombstones += 1;
         } else {
@@ -628,9 +633,10 @@ impl InlineTable {
         Some(((writer.len, writer.tombstones), (live, tombstones)))
     }
 
-    /// The keys the table holds.
+    /// The keys the table holds, without taking the writer's lock.
     pub(crate) fn len(&self) -> usize {
-        sync::lock(&self.writer).len
+        // Relaxed: a statistic.
+        self.len.load(Ordering::Relaxed)
     }
 
     /// Keys evicted while idle, and keys forced out at `max_keys`.
@@ -732,12 +738,8 @@ impl Placing<'_> {
         self.table.find(key, hash, guard)
     }
 
-    /// `key`'s live slot, inserted with a fresh window if it has none.
-    ///
-    /// Before placing a new key it sweeps a few slots for keys idle a whole window already
-    /// (`granularity` ns buckets, judged at `now`), and makes room if the table's keys and
-    /// `others` (the keys held elsewhere, which count against the same bound) are at
-    /// `max_keys`.
+    /// `key`'s live slot, inserted with a fresh window if it has none (the tests' and loom
+    /// models', through [`InlineTable::insert`]).
     #[cfg(any(test, slidegate_loom))]
     pub(crate) fn insert<'g>(
         &mut self,
@@ -754,8 +756,13 @@ impl Placing<'_> {
         self.insert_absent(key, hash, granularity, now, others, guard)
     }
 
-    /// [`Placing::insert`] of a key [`Placing::find`] has just found absent, under this
+    /// A fresh window for `key`, which [`Placing::find`] has just found absent under this
     /// same lock.
+    ///
+    /// Before placing it, it sweeps a few slots for keys idle a whole window already
+    /// (`granularity` ns buckets, judged at `now`), and makes room if the table's keys and
+    /// `others` (the keys held elsewhere, which count against the same bound) are at
+    /// `max_keys`.
     pub(crate) fn insert_absent<'g>(
         &mut self,
         key: u64,
@@ -798,6 +805,8 @@ impl Placing<'_> {
             }
         });
         writer.len += 1;
+        // Relaxed: a statistic, written only under the lock.
+        table.len.store(writer.len, Ordering::Relaxed);
         into.place(key, hashed(hash), &words)
     }
 
