@@ -13,7 +13,8 @@
 // found the slot before the move charges the old slot after the copy, a unit no window
 // holds (both requests admitted, and a third after them).
 //
-// Checked in scratch builds: with `Placing::take` not retiring the ring, the model fails.
+// Checked in scratch builds: with the move not retiring the ring (`Placing::retire`), the
+// model fails.
 #![cfg(slidegate_loom)]
 
 use std::time::Duration;
@@ -50,5 +51,40 @@ fn a_move_racing_a_check() {
         assert_eq!(keyed.len(), 1, "one window");
         assert_eq!(keyed.peek(&1).remaining(), 0);
         assert!(!keyed.check(&1).is_allowed(), "a unit was lost");
+    });
+}
+
+// A peek racing the move: the key is never read as absent from both stores (a fresh window,
+// its whole limit left). It reads the slot before the move, the retired slot (and then the
+// key where the move put it, under the lock) or the store's entry after it.
+//
+// Would fail if the slot became a tombstone before the key's store entry was published: a
+// lock-free lookup in between finds the key in neither store.
+//
+// Checked in scratch builds: with the slot buried before the store's insert, the model fails.
+#[test]
+fn a_move_racing_a_peek() {
+    model(|| {
+        let quota = Quota::new(2, Duration::from_secs(1)).expect("valid quota");
+        let keyed = Arc::new(
+            KeyedLimiter::<u32>::builder(quota)
+                .clock(ManualClock::new())
+                .hasher(FixedHasher::default())
+                .build(),
+        );
+        assert!(keyed.check(&1).is_allowed());
+        let peeker = {
+            let keyed = Arc::clone(&keyed);
+            thread::spawn(move || keyed.peek(&1).remaining())
+        };
+        let key = keyed.key(&1);
+        assert!(
+            check_all(&[(&key as &dyn Limit, 1)])
+                .expect("valid cost")
+                .is_allowed()
+        );
+        let left = peeker.join().expect("peeker panicked");
+        assert!(left <= 1, "the peek read a fresh window ({left} left)");
+        assert_eq!(keyed.peek(&1).remaining(), 0);
     });
 }

@@ -268,6 +268,8 @@ pub(crate) struct InlineTable {
     writer: Mutex<Writer>,
     /// The writer's count of keys, for readers that do not take its lock (`len`).
     len: AtomicUsize,
+    /// A fresh window's words, made once: an insert copies them.
+    fresh: [u64; RING],
 }
 
 /// The bits of `hash` a slot keeps.
@@ -301,6 +303,13 @@ impl InlineTable {
             buckets,
             max_keys: max_keys.max(1),
             len: AtomicUsize::new(0),
+            fresh: core::array::from_fn(|i| {
+                if i < Line::words(buckets) {
+                    Line::initial(buckets, i)
+                } else {
+                    0
+                }
+            }),
             writer: Mutex::new(Writer {
                 len: 0,
                 tombstones: 0,
@@ -797,34 +806,33 @@ impl Placing<'_> {
             // SAFETY: as in `find`.
             unsafe { target.deref() }
         };
-        let words = core::array::from_fn(|i| {
-            if i < Line::words(table.buckets) {
-                Line::initial(table.buckets, i)
-            } else {
-                0
-            }
-        });
         writer.len += 1;
         // Relaxed: a statistic, written only under the lock.
         table.len.store(writer.len, Ordering::Relaxed);
-        into.place(key, hashed(hash), &words)
+        into.place(key, hashed(hash), &table.fresh)
     }
 
-    /// Takes `key` out of the table, if it is there: its ring retired whatever it holds (so
-    /// every later charge on it fails and its state is final), its slot a tombstone, not
-    /// counted as an eviction. The slot, readable while `guard` is, is returned so that the
-    /// key's state can be copied where it goes ([`line::copy_to_ring`]).
-    pub(crate) fn take<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+    /// Retires the ring of `key`'s slot, if the table holds the key, whatever the ring holds:
+    /// every later charge on it fails, so its state is final, and a lock-free lookup still
+    /// finds the slot, retired, and goes to the lock. The slot, readable while `guard` is, is
+    /// returned so that the key's state can be copied where it goes
+    /// ([`line::copy_to_ring`]); [`Placing::bury`] then ends it, once the key's new window
+    /// is published (a lookup that found neither would take the key for absent).
+    pub(crate) fn retire<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
         let slot = self.find(key, hash, guard)?;
-        let in_current = self.table.in_current(slot, guard);
-        let taken = self
-            .table
-            .evict_if(&mut self.writer, slot, in_current, |line| {
-                line.retire_now();
-                true
-            });
-        debug_assert!(taken, "a slot found under the lock is live");
+        slot.line(self.table.buckets).retire_now();
         Some(slot)
+    }
+
+    /// Makes the slot [`Placing::retire`] retired a tombstone, not counted as an eviction.
+    /// No migration step runs between the two (each is under this lock, and only this
+    /// writer's own calls step), so the slot is where `retire` found it.
+    pub(crate) fn bury(&mut self, slot: &Slot, guard: &Guard) {
+        let in_current = self.table.in_current(slot, guard);
+        let buried = self
+            .table
+            .evict_if(&mut self.writer, slot, in_current, |_| true);
+        debug_assert!(buried, "a retired slot is still live until buried");
     }
 
     /// Frees one place for a key of a limiter whose keys are also held elsewhere, at their

@@ -874,12 +874,12 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let now = self.clock.now().0;
         if let Some(lines) = &self.lines {
-            return self.insert_beside(lines, key, hash, now, guard);
+            return self.insert_beside(lines, key, hash, guard);
         }
         let shape = || self.rule_for(key, guard).shape;
-        self.store.get_or_insert(key, hash, shape, now, guard)
+        self.store
+            .get_or_insert(key, hash, shape, self.clock.now().0, guard)
     }
 }
 

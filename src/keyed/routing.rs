@@ -7,9 +7,12 @@
 //! compact slots). Every other key lives in the [`Store`](super::store::Store): a key of
 //! another shape (an override), and a key a [`check_all`](crate::check_all) reserves on,
 //! whose reservation needs the pending field a line ring has no room for. Such a key is
-//! *moved*: its slot taken out of the table under the table's lock and its state copied
-//! into a store entry ([`line::copy_to_ring`]) before the entry is published. It stays in
-//! the store until it is evicted.
+//! *moved*, in the order of the table's migration: under the table's lock its slot's ring
+//! is retired (every later charge on it fails), its state copied into a store entry
+//! ([`line::copy_to_ring`]) before the entry is published, and only then the slot made a
+//! tombstone, so that a lock-free lookup meanwhile finds the retired slot and goes to the
+//! lock rather than finding the key in neither store. It stays in the store until it is
+//! evicted.
 //!
 //! # One live window per key
 //! Every placement of a key in either store (an insert in the table, an insert or a
@@ -19,8 +22,8 @@
 //! - an insert in the table finds a live store entry of the table's shape and uses it, or
 //!   one of another shape and retires it (its counts dropped, as the store drops an entry
 //!   of another shape);
-//! - an insert in the store takes the key's slot out of the table, copying its counts when
-//!   the entry has the table's shape.
+//! - an insert in the store moves the key's slot out of the table, copying its counts when
+//!   the entry has the table's shape; it makes room only for a key neither store holds.
 //!
 //! A check that loses a race to a move (its slot retired) goes to the lock and finds the
 //! key where it went; the table's own protocol (`keyed::inline`) covers migrations and
@@ -238,19 +241,19 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let mut placing = lines.table.lock();
-        if lines.word(self.rule_for(key, guard), key).is_none() {
+        if self.rule_for(key, guard).shape != lines.shape {
             return Place::Elsewhere;
         }
         if let Some(slot) = placing.find(word, hash, guard) {
             return Place::Line(slot);
         }
-        // A retired entry is on its way out (an idle eviction by `retain_recent`, the only
-        // writer that runs without this lock): the key has no window.
-        if let Some(entry) = self
-            .store
-            .get(key, hash, guard)
-            .filter(|entry| !entry.state().is_retired())
-        {
+        // Every insert in the store holds this lock, so an empty store stays empty. A retired
+        // entry is on its way out (an idle eviction by `retain_recent`, the only writer that
+        // runs without this lock): the key has no window.
+        let stored = (self.store.len() > 0)
+            .then(|| self.store.get(key, hash, guard))
+            .flatten();
+        if let Some(entry) = stored.filter(|entry| !entry.state().is_retired()) {
             if entry.fits(lines.shape) {
                 return Place::Entry(entry);
             }
@@ -266,14 +269,13 @@ where
 
     /// The store's writer path in a limiter with an inline table: `key`'s live store entry
     /// of its quota's shape, placed under the table's lock. A slot the key has in the table
-    /// is taken out first, its counts copied into the entry when the entry has the table's
-    /// shape (a key a `check_all` reserves on), dropped when the quota changed shape.
+    /// is moved: its counts copied into the entry when the entry has the table's shape (a
+    /// key a `check_all` reserves on), dropped when the quota changed shape.
     pub(super) fn insert_beside<'g, Q>(
         &self,
         lines: &Lines,
         key: &Q,
         hash: u64,
-        now: u64,
         guard: &'g Guard,
     ) -> &'g Entry<K>
     where
@@ -281,23 +283,57 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let mut placing = lines.table.lock();
-        let shape = self.rule_for(key, guard).shape;
-        let taken = lines
+        let retired = lines
             .encoding
             .word(key)
-            .and_then(|word| placing.take(word, hash, guard));
-        if taken.is_none() {
-            self.make_room(lines, &mut placing, now, guard);
+            .and_then(|word| placing.retire(word, hash, guard));
+        self.store_beside(lines, &mut placing, key, hash, retired, guard)
+    }
+
+    /// `key`'s store entry, made under the table's lock (`placing`) from its slot
+    /// `retired` (its ring retired by [`Placing::retire`]) if it had one.
+    ///
+    /// The order is the migration's: the ring frozen, the entry published, and only then the
+    /// slot a tombstone, so that a lock-free lookup in between finds the retired slot, not
+    /// the key absent from both stores, and goes to the lock. Room is made only for a key
+    /// the store does not hold either: a second first check of a key, or a replacement of
+    /// an entry of another shape, adds no key.
+    fn store_beside<'g, Q>(
+        &self,
+        lines: &Lines,
+        placing: &mut Placing<'_>,
+        key: &Q,
+        hash: u64,
+        retired: Option<&Slot>,
+        guard: &'g Guard,
+    ) -> &'g Entry<K>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let now = self.clock.now().0;
+        let shape = self.rule_for(key, guard).shape;
+        // Every insert in the store holds this lock: a key it holds now, it holds until the
+        // insert below (or it is retired and unlinked, which only frees a place).
+        let stored = self.store.len() > 0 && self.store.get(key, hash, guard).is_some();
+        if retired.is_none() && !stored {
+            self.make_room(lines, placing, now, guard);
         }
-        let copied = taken.filter(|_| shape == lines.shape);
+        let copied = retired.filter(|_| shape == lines.shape);
         let init = |words: &[_]| {
             if let Some(slot) = copied {
                 line::copy_to_ring(&slot.line(lines.buckets), words);
             }
         };
-        let others = placing.len();
-        self.store
-            .get_or_insert_with(key, hash, || shape, now, others, init, guard)
+        // A moved key is counted once: its slot is still live until it is buried.
+        let others = placing.len() - usize::from(retired.is_some());
+        let entry = self
+            .store
+            .get_or_insert_with(key, hash, || shape, now, others, init, guard);
+        if let Some(slot) = retired {
+            placing.bury(slot, guard);
+        }
+        entry
     }
 
     /// Frees one place for a new key if the two stores hold `max_keys` together: an idle
@@ -339,7 +375,11 @@ where
         let lines = self.lines.as_ref()?;
         let word = lines.word(keyed, key)?;
         lines.table.find(word, hash, guard)?;
-        let entry = self.insert_beside(lines, key, hash, self.clock.now().0, guard);
+        // Under the lock the key may be gone (evicted since): then there is nothing to move,
+        // and the caller defers the key rather than making it (and perhaps room for it).
+        let mut placing = lines.table.lock();
+        let retired = placing.retire(word, hash, guard)?;
+        let entry = self.store_beside(lines, &mut placing, key, hash, Some(retired), guard);
         entry.fits(keyed.shape).then_some(entry)
     }
 

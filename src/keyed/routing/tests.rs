@@ -245,3 +245,29 @@ fn checks_racing_moves_admit_each_limit_exactly() {
         "moves and keys left in the table: {lines}, {store}"
     );
 }
+
+/// A key the store holds is given a new entry of another shape at `max_keys` without room
+/// made for it: the replacement adds no key (it forced out a live key when room was made for
+/// every insert in the store).
+#[test]
+fn replacing_a_stored_key_at_the_bound_forces_no_key_out() {
+    let clock = ManualClock::new();
+    let quota = Quota::new(5, Duration::from_secs(1)).unwrap();
+    let keyed = KeyedLimiter::<u64, _>::builder(quota)
+        .clock(clock.clone())
+        .max_keys(2)
+        .build();
+    keyed.quota_for(&1, quota.with_mode(Mode::Gcra));
+    assert!(keyed.check(&1).is_allowed());
+    assert!(keyed.check(&2).is_allowed());
+    assert_eq!(held(&keyed), (1, 1));
+    keyed.quota_for(&1, quota.with_mode(Mode::ExactLog));
+    assert_eq!(
+        keyed.check(&1).remaining(),
+        4,
+        "afresh in an entry of the new shape"
+    );
+    assert_eq!(keyed.forced_evictions(), 0);
+    assert_eq!(held(&keyed), (1, 1));
+    assert_eq!(keyed.peek(&2).remaining(), 4, "key 2 kept its admission");
+}
