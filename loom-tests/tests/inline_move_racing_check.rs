@@ -25,18 +25,24 @@ use loom_tests::{FixedHasher, model};
 use slidegate::clock::ManualClock;
 use slidegate::{KeyedLimiter, Limit, Quota, check_all};
 
+/// A limiter of 2 a second in ten buckets of 100 ms (a line ring's shape, so the key goes
+/// inline) whose key 1 holds one unit.
+fn holding_one() -> Arc<KeyedLimiter<u32, ManualClock, FixedHasher>> {
+    let quota = Quota::new(2, Duration::from_secs(1)).expect("valid quota");
+    let keyed = Arc::new(
+        KeyedLimiter::<u32>::builder(quota)
+            .clock(ManualClock::new())
+            .hasher(FixedHasher::default())
+            .build(),
+    );
+    assert!(keyed.check(&1).is_allowed());
+    keyed
+}
+
 #[test]
 fn a_move_racing_a_check() {
     model(|| {
-        // Ten buckets of 100 ms: a line ring's shape, so the key goes inline.
-        let quota = Quota::new(2, Duration::from_secs(1)).expect("valid quota");
-        let keyed = Arc::new(
-            KeyedLimiter::<u32>::builder(quota)
-                .clock(ManualClock::new())
-                .hasher(FixedHasher::default())
-                .build(),
-        );
-        assert!(keyed.check(&1).is_allowed());
+        let keyed = holding_one();
         let checker = {
             let keyed = Arc::clone(&keyed);
             thread::spawn(move || keyed.check(&1).is_allowed())
@@ -65,14 +71,7 @@ fn a_move_racing_a_check() {
 #[test]
 fn a_move_racing_a_peek() {
     model(|| {
-        let quota = Quota::new(2, Duration::from_secs(1)).expect("valid quota");
-        let keyed = Arc::new(
-            KeyedLimiter::<u32>::builder(quota)
-                .clock(ManualClock::new())
-                .hasher(FixedHasher::default())
-                .build(),
-        );
-        assert!(keyed.check(&1).is_allowed());
+        let keyed = holding_one();
         let peeker = {
             let keyed = Arc::clone(&keyed);
             thread::spawn(move || keyed.peek(&1).remaining())
