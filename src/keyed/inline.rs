@@ -324,6 +324,7 @@ impl InlineTable {
         }
     }
 
+    #[inline]
     fn current<'g>(&self, guard: &'g Guard) -> &'g Table {
         // Acquire: pairs with the Release store that published the table.
         let table = self.table.load(Ordering::Acquire, guard);

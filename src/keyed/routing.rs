@@ -91,13 +91,22 @@ impl Lines {
         })
     }
 
-    /// `key`'s word if a key under `keyed` lives in the table. A compact shape implies no
-    /// marks and a limit of at most 2²¹, and the buckets are the table's, so the quota
-    /// fits a line ring. (A borrowed form whose `Hash` breaks the `Borrow` contract has no
-    /// word: it goes to the store, where a `HashMap` would not find its owner either.)
+    /// `key`'s word if a key under `keyed` lives in the table, where `default` says
+    /// whether `keyed` is the limiter's default rule, whose shape is the table's (the table
+    /// is made for it, and it never changes): only an override's shape is compared. A
+    /// compact shape implies no marks and a limit of at most 2²¹, and the buckets are the
+    /// table's, so the quota fits a line ring. (A borrowed form whose `Hash` breaks the
+    /// `Borrow` contract has no word: it goes to the store, where a `HashMap` would not find
+    /// its owner either.)
     #[inline]
-    pub(super) fn word<Q: Hash + ?Sized>(&self, keyed: &KeyRule, key: &Q) -> Option<u64> {
-        if keyed.shape == self.shape {
+    pub(super) fn word<Q: Hash + ?Sized>(
+        &self,
+        keyed: &KeyRule,
+        default: bool,
+        key: &Q,
+    ) -> Option<u64> {
+        debug_assert!(!default || keyed.shape == self.shape);
+        if default || keyed.shape == self.shape {
             self.encoding.word(key)
         } else {
             None
@@ -150,9 +159,11 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let now = || self.clock.now().0;
         if let Some(slot) = lines.table.find(word, hash, guard) {
-            let decided = line::charge(&slot.line(lines.buckets), &rule.counter, now, n);
+            // One reading for the whole check, passed as a constant: through a closure the
+            // clock was called out of line (`<&F as Fn>::call`), a tenth of an allowed check.
+            let t = self.clock.now().0;
+            let decided = line::charge(&slot.line(lines.buckets), &rule.counter, || t, n);
             if decided.is_some() {
                 return decided;
             }
@@ -373,7 +384,7 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, key)?;
+        let word = lines.word(keyed, self.is_default(keyed), key)?;
         lines.table.find(word, hash, guard)?;
         // Under the lock the key may be gone (evicted since): then there is nothing to move,
         // and the caller defers the key rather than making it (and perhaps room for it).
@@ -399,7 +410,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, key)?;
+        let word = lines.word(keyed, self.is_default(keyed), key)?;
         let now = || self.clock.now().0;
         let peek = |slot: &Slot| line::peek(&slot.line(lines.buckets), &keyed.rule.counter, now, n);
         let slot = lines.table.find(word, hash, guard)?;
@@ -415,7 +426,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, key)?;
+        let word = lines.word(keyed, self.is_default(keyed), key)?;
         let now = || self.clock.now().0;
         lines.table.refund(word, hash, &keyed.rule.counter, now, n)
     }
@@ -433,7 +444,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, key)?;
+        let word = lines.word(keyed, self.is_default(keyed), key)?;
         let slot = lines.table.find(word, hash, guard)?;
         Some(slot.line(lines.buckets).admitted())
     }

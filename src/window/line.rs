@@ -392,6 +392,7 @@ impl<'a> Line<'a> {
     }
 
     /// Charges `cost` if the word is still `seen` (the word a judgement was made on).
+    #[inline]
     pub(crate) fn try_charge(&self, seen: u64, cost: u64) -> bool {
         // AcqRel: Release publishes the admission to readers of the word; Acquire keeps a
         // later read of this thread after it. Fails on a retired ring or a claimed fill.
