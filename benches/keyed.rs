@@ -27,7 +27,11 @@
 //!   `memory/{one_thread, disjoint}` makes a keyed check's memory accesses with no limiter
 //!   (hash, probe, a 152-byte block per key, a CAS), each thread in a table of its own, and
 //!   `memory_pinned/…` the same inside a crossbeam-epoch pin (the peer of the store's own
-//!   reclamation, whose pin `floor` takes).
+//!   reclamation, whose pin `floor` takes). `inline_floor_one_table/…` is the floor of an
+//!   inline store's check (`common/inline.rs`) with both threads' keys in one table at load
+//!   1/2, as in `slidegate`; `inline_floor_sparse/…` the same at load 1/32, where a probe
+//!   rarely reads a slot of the other thread's; `inline_floor_own_tables/disjoint` each
+//!   thread's keys in a table of its own.
 //! - `keyed_inline_floor/{allowed/1000, denied/1000, allowed/1000000}`: the floor of a store
 //!   whose windows live inline in its table (`common/inline.rs`: one 64-byte slot per key, an
 //!   epoch pin, a clock reading, ahash, the probe, a Strict judgement, a CAS), against
@@ -327,6 +331,37 @@ fn contended(c: &mut Criterion) {
         black_box(memory[t as usize].touch(key(t, i)));
         drop(guard);
     });
+    // The floor of an inline store's check (common/inline.rs) on two threads: both threads'
+    // keys in one table at load 1/2, as in `ours`, where a probe reads slots the other
+    // thread writes; the same keys at load 1/32, where a probe rarely passes another key's
+    // slot; and each thread's keys in a table of its own, where no slot is shared.
+    let one_table = InlineFloor::new(2 * keys, LIMIT);
+    let sparse =
+        InlineFloor::with_capacity(2 * keys, LIMIT, (64 * keys as usize).next_power_of_two());
+    for (name, floor) in [
+        ("inline_floor_one_table", &one_table),
+        ("inline_floor_sparse", &sparse),
+    ] {
+        disjoint_and_one_thread(&mut group, name, &|t, i| {
+            black_box(floor.check::<true, true>(key(t, i)).map(|d| d.remaining));
+        });
+    }
+    let own_tables = [0, 1].map(|_| InlineFloor::new(keys, LIMIT));
+    group.bench_function(
+        BenchmarkId::new("inline_floor_own_tables", "disjoint"),
+        |b| {
+            b.iter_custom(|iters| {
+                two_threads(iters, &|t, i| {
+                    let floor = &own_tables[t as usize];
+                    black_box(
+                        floor
+                            .check::<true, true>(scattered(i, keys))
+                            .map(|d| d.remaining),
+                    );
+                })
+            })
+        },
+    );
     disjoint_and_one_thread(&mut group, "baseline", &|_, i| {
         black_box(unshared_work(i));
     });

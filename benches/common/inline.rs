@@ -54,7 +54,12 @@ pub struct InlineFloor {
 impl InlineFloor {
     /// A table holding keys `0..keys` of `limit` per hour, each charged once.
     pub fn new(keys: u64, limit: u64) -> InlineFloor {
-        let capacity = (keys as usize * 2).next_power_of_two();
+        InlineFloor::with_capacity(keys, limit, (keys as usize * 2).next_power_of_two())
+    }
+
+    /// The same in a table of `capacity` slots (a power of two, at least twice `keys`).
+    pub fn with_capacity(keys: u64, limit: u64, capacity: usize) -> InlineFloor {
+        assert!(capacity.is_power_of_two() && capacity >= 2 * keys as usize);
         let granularity = 3_600_000_000_000 / N;
         let clock = QuantaClock::new();
         let floor = InlineFloor {
@@ -230,6 +235,8 @@ impl Drop for Table {
 
 // SAFETY: a table is plain atomics behind an owned allocation.
 unsafe impl Send for Table {}
+// SAFETY: as above: shared access reads and writes the slots through atomics only.
+unsafe impl Sync for Table {}
 
 impl InlineInserts {
     /// An empty table of room for `keys` keys without growing (eight slots at least, the
