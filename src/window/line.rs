@@ -376,18 +376,27 @@ impl<'a> Line<'a> {
             .checked_sub(start)
             .filter(|&into| into < rule.granularity)?;
         let count = Compact::count(word);
-        let tail = |k: u64| {
+        // Bucket `k`'s snapshot, in slot `i` (`k mod (N + 1)`).
+        let tail = |k: u64, i: usize| {
             // Acquire: as `LineReading::tail`'s load.
-            let slot = self.load_slot(k, Ordering::Acquire);
+            let slot = Compact::load(self.slots, i, Ordering::Acquire);
             let snapshot = Compact::snapshot_of(slot);
             (Compact::tag_of(slot) == Compact::tag(k) && Compact::at_or_after(count, snapshot))
                 .then(|| u64::from(Compact::since(count, snapshot)))
         };
         let oldest = front - self.buckets;
-        let all = tail(oldest)?;
-        match rule.judge_fast(all, offset, || tail(oldest + 1), n) {
+        // One reciprocal multiplication for the three slots a check may read: the next
+        // bucket's slot follows the oldest one's, and the front's (`oldest + N`, so
+        // `oldest − 1` modulo `N + 1`) precedes it.
+        let (i, last) = (self.index(oldest), self.buckets as usize);
+        let all = tail(oldest, i)?;
+        let next = || tail(oldest + 1, if i == last { 0 } else { i + 1 });
+        match rule.judge_fast(all, offset, next, n) {
             Some(decision) => self.try_charge(word, n).then_some(decision),
-            None => rule.judge_denied_fast(all, offset, || tail(oldest + 1), || tail(front), n),
+            None => {
+                let current = || tail(front, if i == 0 { last } else { i - 1 });
+                rule.judge_denied_fast(all, offset, next, current, n)
+            }
         }
     }
 

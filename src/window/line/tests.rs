@@ -418,6 +418,36 @@ fn decisions_hold_across_the_wrap_of_the_count() {
     assert_eq!(line.admitted(), 0, "the count wrapped");
 }
 
+/// The fast path decides both a second admission and the denial after it, as the three-word
+/// ring does, wherever the front's slot falls: each step jumps `N + 2` buckets, so the front
+/// visits every slot, and the fast path reads the slots of the oldest bucket, the next one
+/// and the front from one index. Fails with either neighbour's slot misplaced (its tag does
+/// not match, and the fast path gives the check to the general loop).
+#[test]
+fn the_fast_path_decides_wherever_the_front_falls() {
+    for mode in [Mode::Strict, Mode::Weighted] {
+        for n in 1..=LINE_MAX_BUCKETS {
+            let rule = counter_rule(mode, 2, n);
+            let (lw, rw) = (owned(n), ring_words(n));
+            let line = Line::on(&lw, n);
+            let ring = Ring::<Compact>::from_parts(ring::packed(&rw), n);
+            for step in 1..=n + 2 {
+                let t = step * (n + 2) * G + G / 2;
+                let first = super::charge(&line, &rule, || t, 1);
+                assert_eq!(first, counter::charge(ring, &rule, || t, 1));
+                assert!(first.is_some_and(|d| d.is_allowed()), "{mode:?}, N = {n}");
+                for allowed in [true, false] {
+                    let fast = line.fast(&rule, || t, 1);
+                    let at = format!("{mode:?}, N = {n}, bucket {}", t / G);
+                    assert!(fast.is_some(), "the general loop decided: {at}");
+                    assert_eq!(fast, counter::charge(ring, &rule, || t, 1), "{at}");
+                    assert_eq!(fast.map(|d| d.is_allowed()), Some(allowed), "{at}");
+                }
+            }
+        }
+    }
+}
+
 /// The slot index by reciprocal is the remainder, for every `N` a line ring takes, over
 /// buckets from 0 to well past any a reading reaches (fails with a reciprocal rounded down).
 #[test]
