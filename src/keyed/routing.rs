@@ -128,6 +128,9 @@ impl Lines {
 enum Place<'g, K> {
     /// In its slot of the inline table.
     Line(&'g Slot),
+    /// In a slot just inserted for it under the table's lock, at this clock reading: the
+    /// check judges at it, a reading made after every eviction the lock saw.
+    Inserted(&'g Slot, u64),
     /// In the store, moved there by a `check_all`.
     Entry(&'g Entry<K>),
     /// The key's quota no longer has the table's shape: the store's path decides.
@@ -198,6 +201,9 @@ where
         loop {
             let decided = match place {
                 Place::Line(slot) => line::charge(&slot.line(lines.buckets), &rule.counter, now, n),
+                Place::Inserted(slot, t) => {
+                    line::charge(&slot.line(lines.buckets), &rule.counter, || t, n)
+                }
                 Place::Entry(entry) => on_ring!(entry.state(),
                     |_, ring| counter::charge(ring, &rule.counter, now, n),
                     _ => return None,
@@ -275,7 +281,8 @@ where
         let now = self.clock.now().0;
         self.make_room(lines, &mut placing, now, guard);
         let others = self.store.len();
-        Place::Line(placing.insert_absent(word, hash, lines.granularity, now, others, guard))
+        let slot = placing.insert_absent(word, hash, lines.granularity, now, others, guard);
+        Place::Inserted(slot, now)
     }
 
     /// The store's writer path in a limiter with an inline table: `key`'s live store entry
