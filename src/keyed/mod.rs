@@ -651,12 +651,6 @@ where
             .map_or(0, |entry| entry.state().admitted())
     }
 
-    /// Whether `keyed` is the default rule (not an override).
-    #[inline]
-    fn is_default(&self, keyed: &KeyRule) -> bool {
-        core::ptr::eq(keyed, &self.default)
-    }
-
     /// The rule for `key`: its override, else the default.
     #[inline]
     fn rule_for<'g, Q>(&'g self, key: &Q, guard: &'g Guard) -> &'g KeyRule
@@ -680,7 +674,7 @@ where
         let hash = self.store.hash(key);
         if let Some(lines) = &self.lines {
             let keyed = self.rule_for(key, guard);
-            if let Some(word) = lines.word(keyed, self.is_default(keyed), key) {
+            if let Some(word) = lines.word(keyed, &self.default, key) {
                 if let Err(e) = keyed.rule.validate(n) {
                     return R::error(e);
                 }

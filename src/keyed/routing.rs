@@ -91,22 +91,21 @@ impl Lines {
         })
     }
 
-    /// `key`'s word if a key under `keyed` lives in the table, where `default` says
-    /// whether `keyed` is the limiter's default rule, whose shape is the table's (the table
-    /// is made for it, and it never changes): only an override's shape is compared. A
-    /// compact shape implies no marks and a limit of at most 2²¹, and the buckets are the
-    /// table's, so the quota fits a line ring. (A borrowed form whose `Hash` breaks the
-    /// `Borrow` contract has no word: it goes to the store, where a `HashMap` would not find
-    /// its owner either.)
+    /// `key`'s word if a key under `keyed` lives in the table. Only an override's shape is
+    /// compared: `default`, the limiter's default rule, has the table's shape (the table is
+    /// made for it, and it never changes), a pointer comparison. A compact shape implies no
+    /// marks and a limit of at most 2²¹, and the buckets are the table's, so the quota fits a
+    /// line ring. (A borrowed form whose `Hash` breaks the `Borrow` contract has no word: it
+    /// goes to the store, where a `HashMap` would not find its owner either.)
     #[inline]
     pub(super) fn word<Q: Hash + ?Sized>(
         &self,
         keyed: &KeyRule,
-        default: bool,
+        default: &KeyRule,
         key: &Q,
     ) -> Option<u64> {
-        debug_assert!(!default || keyed.shape == self.shape);
-        if default || keyed.shape == self.shape {
+        debug_assert!(default.shape == self.shape);
+        if core::ptr::eq(keyed, default) || keyed.shape == self.shape {
             self.encoding.word(key)
         } else {
             None
@@ -234,12 +233,24 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.stored(key, hash, guard)
+            .filter(|entry| entry.fits(lines.shape))
+    }
+
+    /// `key`'s store entry, if any, with no probe of an empty store: beside a table the store
+    /// holds only moved keys and overrides of another shape, and is mostly empty. Every
+    /// insert in the store holds the table's lock, so under that lock an empty store stays
+    /// empty.
+    #[inline]
+    fn stored<'g, Q>(&self, key: &Q, hash: u64, guard: &'g Guard) -> Option<&'g Entry<K>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         if self.store.len() == 0 {
             return None;
         }
-        self.store
-            .get(key, hash, guard)
-            .filter(|entry| entry.fits(lines.shape))
+        self.store.get(key, hash, guard)
     }
 
     /// The table's writer path: `key`'s window, under the table's lock, in its slot
@@ -264,12 +275,9 @@ where
         if let Some(slot) = placing.find(word, hash, guard) {
             return Place::Line(slot);
         }
-        // Every insert in the store holds this lock, so an empty store stays empty. A retired
-        // entry is on its way out (an idle eviction by `retain_recent`, the only writer that
-        // runs without this lock): the key has no window.
-        let stored = (self.store.len() > 0)
-            .then(|| self.store.get(key, hash, guard))
-            .flatten();
+        // A retired entry is on its way out (an idle eviction by `retain_recent`, the only
+        // writer that runs without this lock): the key has no window.
+        let stored = self.stored(key, hash, guard);
         if let Some(entry) = stored.filter(|entry| !entry.state().is_retired()) {
             if entry.fits(lines.shape) {
                 return Place::Entry(entry);
@@ -333,7 +341,7 @@ where
         let shape = self.rule_for(key, guard).shape;
         // Every insert in the store holds this lock: a key it holds now, it holds until the
         // insert below (or it is retired and unlinked, which only frees a place).
-        let stored = self.store.len() > 0 && self.store.get(key, hash, guard).is_some();
+        let stored = self.stored(key, hash, guard).is_some();
         if retired.is_none() && !stored {
             self.make_room(lines, placing, now, guard);
         }
@@ -391,7 +399,7 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, self.is_default(keyed), key)?;
+        let word = lines.word(keyed, &self.default, key)?;
         lines.table.find(word, hash, guard)?;
         // Under the lock the key may be gone (evicted since): then there is nothing to move,
         // and the caller defers the key rather than making it (and perhaps room for it).
@@ -417,7 +425,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, self.is_default(keyed), key)?;
+        let word = lines.word(keyed, &self.default, key)?;
         let now = || self.clock.now().0;
         let peek = |slot: &Slot| line::peek(&slot.line(lines.buckets), &keyed.rule.counter, now, n);
         let slot = lines.table.find(word, hash, guard)?;
@@ -433,7 +441,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, self.is_default(keyed), key)?;
+        let word = lines.word(keyed, &self.default, key)?;
         let now = || self.clock.now().0;
         lines.table.refund(word, hash, &keyed.rule.counter, now, n)
     }
@@ -451,7 +459,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, self.is_default(keyed), key)?;
+        let word = lines.word(keyed, &self.default, key)?;
         let slot = lines.table.find(word, hash, guard)?;
         Some(slot.line(lines.buckets).admitted())
     }
