@@ -238,7 +238,6 @@ enum Probe<'a> {
 
 /// State only the writer touches.
 struct Writer {
-    len: usize,
     /// Tombstones in the current table.
     tombstones: usize,
     /// Tombstones in the next table, during a migration: the current table's once it ends.
@@ -266,7 +265,8 @@ pub(crate) struct InlineTable {
     /// The most keys the table holds: an insert beyond it evicts a key first.
     max_keys: usize,
     writer: Mutex<Writer>,
-    /// The writer's count of keys, for readers that do not take its lock (`len`).
+    /// The keys the table holds. Written only under the writer's lock, so exact under it;
+    /// read without it as a statistic ([`InlineTable::len`]).
     len: AtomicUsize,
     /// A fresh window's words, made once: an insert copies them.
     fresh: [u64; RING],
@@ -311,7 +311,6 @@ impl InlineTable {
                 }
             }),
             writer: Mutex::new(Writer {
-                len: 0,
                 tombstones: 0,
                 next_tombstones: 0,
                 cursor: 0,
@@ -384,7 +383,7 @@ impl InlineTable {
         current: &Table,
         guard: &'g Guard,
     ) -> Shared<'g, Table> {
-        let keys = writer.len + 1;
+        let keys = self.len() + 1;
         let capacity = (keys * 2).next_power_of_two().max(MIN_CAPACITY);
         // Each writer call inserts at most one key: the migration must end within the
         // inserts that keep the next table at load 1/2 or below (every moved key, then
@@ -494,9 +493,8 @@ impl InlineTable {
             return false;
         }
         slot.set_state(state, TOMBSTONE);
-        writer.len -= 1;
-        // Relaxed: a statistic, written only under the lock.
-        self.len.store(writer.len, Ordering::Relaxed);
+        // Relaxed: written only under the writer's lock, which orders it for the writer.
+        self.len.store(self.len() - 1, Ordering::Relaxed);
         if in_current {
             writer.tombstones += 1;
         } else {
@@ -640,12 +638,12 @@ impl InlineTable {
         let states = table.slots.iter().map(Slot::state);
         let live = states.clone().filter(|s| s & LIVE != 0).count();
         let tombstones = states.filter(|&s| s == TOMBSTONE).count();
-        Some(((writer.len, writer.tombstones), (live, tombstones)))
+        Some(((self.len(), writer.tombstones), (live, tombstones)))
     }
 
-    /// The keys the table holds, without taking the writer's lock.
+    /// The keys the table holds: exact under the writer's lock, a statistic without it.
     pub(crate) fn len(&self) -> usize {
-        // Relaxed: a statistic.
+        // Relaxed: see the field.
         self.len.load(Ordering::Relaxed)
     }
 
@@ -738,7 +736,7 @@ pub(crate) struct Placing<'t> {
 impl Placing<'_> {
     /// The keys the table holds.
     pub(crate) fn len(&self) -> usize {
-        self.writer.len
+        self.table.len()
     }
 
     /// `key`'s live slot, if it has one. Under the lock a slot found is live: its ring is
@@ -788,12 +786,13 @@ impl Placing<'_> {
             table.sweep(writer, granularity, window, now, guard);
         }
         writer.quiet_until = writer.quiet_until.min(now.saturating_add(window));
-        if writer.len > 0 && writer.len + others >= table.max_keys {
+        let len = table.len();
+        if len > 0 && len + others >= table.max_keys {
             table.make_room(writer, granularity, now, true, guard);
         }
         let current = table.current(guard);
         let mut target = current.next.load(Ordering::Acquire, guard);
-        if target.is_null() && (writer.len + writer.tombstones + 1) * 2 > current.mask + 1 {
+        if target.is_null() && (table.len() + writer.tombstones + 1) * 2 > current.mask + 1 {
             target = table.start(writer, current, guard);
             table.step(writer, guard);
             if table.table.load(Ordering::Relaxed, guard) == target {
@@ -807,9 +806,8 @@ impl Placing<'_> {
             // SAFETY: as in `find`.
             unsafe { target.deref() }
         };
-        writer.len += 1;
-        // Relaxed: a statistic, written only under the lock.
-        table.len.store(writer.len, Ordering::Relaxed);
+        // Relaxed: see the field.
+        table.len.store(table.len() + 1, Ordering::Relaxed);
         into.place(key, hashed(hash), &table.fresh)
     }
 
@@ -846,7 +844,7 @@ impl Placing<'_> {
         force: bool,
         guard: &Guard,
     ) -> bool {
-        self.writer.len > 0
+        self.table.len() > 0
             && self
                 .table
                 .make_room(&mut self.writer, granularity, now, force, guard)
