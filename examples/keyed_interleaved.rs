@@ -23,17 +23,17 @@ use std::time::{Duration, Instant};
 
 use slidegate::{KeyedLimiter, Quota};
 
+#[path = "../benches/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+use common::scattered;
+
 type Governor = governor::RateLimiter<
     u64,
     governor::state::keyed::DashMapStateStore<u64, ahash::RandomState>,
     governor::clock::DefaultClock,
     governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
 >;
-
-/// The `i`-th key of `keys` in the benchmarks' scattered order (`benches/common/mod.rs`).
-fn scattered(i: u64, keys: u64) -> u64 {
-    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % keys
-}
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
