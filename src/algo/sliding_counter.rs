@@ -57,6 +57,23 @@ pub(crate) struct CounterRule {
     pub(crate) mark_step: u64,
 }
 
+/// A lazy load of one of a window's tails for the fast paths' judgements
+/// ([`CounterRule::judge_fast`], [`CounterRule::judge_denied_fast`]): `None` if the snapshot it
+/// reads is torn. A closure is one; the line ring's fast path passes a slot's position
+/// instead, whose load is always inlined (its closures, passed to two judgements, were called
+/// out of line).
+pub(crate) trait Tail: Copy {
+    /// The tail, or `None` if its snapshot is torn.
+    fn load(self) -> Option<u64>;
+}
+
+impl<F: FnOnce() -> Option<u64> + Copy> Tail for F {
+    #[inline(always)]
+    fn load(self) -> Option<u64> {
+        self()
+    }
+}
+
 impl CounterRule {
     pub(crate) fn new(quota: Quota) -> CounterRule {
         CounterRule {
@@ -308,19 +325,13 @@ impl CounterRule {
     /// its snapshot torn), for the general path to judge.
     /// (Strict with marks has its own, `counter::charge_fast_marked`.)
     #[inline(always)]
-    pub(crate) fn judge_fast(
-        &self,
-        all: u64,
-        r: u64,
-        rest: impl FnOnce() -> Option<u64>,
-        n: u64,
-    ) -> Option<Decision> {
+    pub(crate) fn judge_fast(&self, all: u64, r: u64, rest: impl Tail, n: u64) -> Option<Decision> {
         let used = match self.kind {
             Kind::Marked => return None,
-            Kind::Weighted => self.weighted_use(all, rest()?, r),
+            Kind::Weighted => self.weighted_use(all, rest.load()?, r),
             Kind::Fixed => {
                 // Only the current bucket counts: `tail(1)`, with `N = 1`.
-                let current = rest()?;
+                let current = rest.load()?;
                 let d = self.judge_fixed(r, n, false, &|_| current);
                 return d.is_allowed().then_some(d);
             }
@@ -357,13 +368,13 @@ impl CounterRule {
     /// the current one leaving (`tail(N) + n > L` too: the limit spent in the current bucket,
     /// a burst). With `N = 1` those are the only cases. The fixed window's denial needs
     /// `tail(1)` alone.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn judge_denied_fast(
         &self,
         all: u64,
         r: u64,
-        rest: impl FnOnce() -> Option<u64>,
-        current: impl FnOnce() -> Option<u64>,
+        rest: impl Tail,
+        current: impl Tail,
         n: u64,
     ) -> Option<Decision> {
         let (l, nb) = (self.limit, self.buckets);
@@ -371,20 +382,20 @@ impl CounterRule {
             Kind::Marked => return None,
             Kind::Fixed => {
                 // Only the current bucket counts: `tail(1)`, with `N = 1`.
-                let current = rest()?;
+                let current = rest.load()?;
                 let d = self.judge_fixed(r, n, false, &|_| current);
                 return (!d.is_allowed()).then_some(d);
             }
             Kind::Strict => return self.strict_denied_fast(all, r, rest, current, n),
             Kind::Weighted => {
-                let rest = rest()?;
+                let rest = rest.load()?;
                 (self.weighted_use(all, rest, r), rest)
             }
         };
         if used + n <= l {
             return None;
         }
-        let current = if nb == 1 { rest } else { current()? };
+        let current = if nb == 1 { rest } else { current.load()? };
         let newest = if current > 0 {
             nb + 1
         } else if nb == 1 {
@@ -443,16 +454,16 @@ impl CounterRule {
         &self,
         all: u64,
         r: u64,
-        rest: impl FnOnce() -> Option<u64>,
-        current: impl FnOnce() -> Option<u64>,
+        rest: impl Tail,
+        current: impl Tail,
         n: u64,
     ) -> Option<Decision> {
         let (l, nb, g) = (self.limit, self.buckets, self.granularity);
         if all + n <= l {
             return None;
         }
-        let rest = rest()?;
-        let current = if nb == 1 { rest } else { current()? };
+        let rest = rest.load()?;
+        let current = if nb == 1 { rest } else { current.load()? };
         // `after_buckets(newest, r)`, with `r < G`.
         let reset = if current > 0 {
             self.span - r

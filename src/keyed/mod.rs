@@ -678,8 +678,12 @@ where
                 if let Err(e) = keyed.rule.validate(n) {
                     return R::error(e);
                 }
+                let found = match self.acquire_line(lines, word, hash, n, &keyed.rule, guard) {
+                    Ok(decision) => return R::decided(decision),
+                    Err(found) => found,
+                };
                 if let Some(decision) =
-                    self.acquire_line(lines, key, word, hash, n, &keyed.rule, guard)
+                    self.acquire_line_slow(lines, key, word, hash, n, &keyed.rule, guard, found)
                 {
                     return R::decided(sync::relayed(&decision));
                 }

@@ -143,11 +143,39 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// A check of `n` (valid under `rule`) on a key of the inline table's shape whose word
-    /// is `word`: in its slot, or in its store entry if a `check_all` moved it there. `None`
-    /// if the key's quota changed shape meanwhile (the store's path then decides).
+    /// is `word`, on the line ring's fast path ([`Line::fast`]): the decision, or what the
+    /// general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's live slot
+    /// and the clock reading judged at, if the lookup found one). Apart from the general
+    /// path's, so that the caller returns this decision straight from the registers it was
+    /// built in: where the two paths' decisions met in one stack slot, the caller copied it
+    /// with wide loads over narrow stores (`sync::relayed`).
     #[inline]
+    pub(super) fn acquire_line<'g>(
+        &self,
+        lines: &'g Lines,
+        word: u64,
+        hash: u64,
+        n: u64,
+        rule: &Rule,
+        guard: &'g Guard,
+    ) -> Result<Decision, Option<(&'g Slot, u64)>> {
+        let slot = lines.table.find(word, hash, guard).ok_or(None)?;
+        // One reading for the whole check, passed as a constant: through a closure the
+        // clock was called out of line (`<&F as Fn>::call`), a tenth of an allowed check.
+        let t = self.clock.now().0;
+        slot.line(lines.buckets)
+            .fast(&rule.counter, || t, n)
+            .ok_or(Some((slot, t)))
+    }
+
+    /// [`KeyedLimiter::acquire_line`]'s general path: on the slot it `found` (at the reading
+    /// it judged at) through the ring's general loop, else for a key without a live slot the
+    /// lock-free lookup found: moved, new, or retired under the check. `None` if the key's
+    /// quota changed shape meanwhile (the store's path then decides). Out of line, so that
+    /// the common case stays small.
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn acquire_line<Q>(
+    pub(super) fn acquire_line_slow<Q>(
         &self,
         lines: &Lines,
         key: &Q,
@@ -156,42 +184,18 @@ where
         n: u64,
         rule: &Rule,
         guard: &Guard,
+        found: Option<(&Slot, u64)>,
     ) -> Option<Decision>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if let Some(slot) = lines.table.find(word, hash, guard) {
-            // One reading for the whole check, passed as a constant: through a closure the
-            // clock was called out of line (`<&F as Fn>::call`), a tenth of an allowed check.
-            let t = self.clock.now().0;
-            let decided = line::charge(&slot.line(lines.buckets), &rule.counter, || t, n);
+        if let Some((slot, t)) = found {
+            let decided = line::charge_loop(&slot.line(lines.buckets), &rule.counter, || t, n);
             if decided.is_some() {
                 return decided;
             }
         }
-        self.acquire_line_slow(lines, key, word, hash, n, rule, guard)
-    }
-
-    /// [`KeyedLimiter::acquire_line`] for a key without a live slot the lock-free lookup
-    /// found: moved, new, or retired under the check. Out of line, so that the common case
-    /// stays small.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn acquire_line_slow<Q>(
-        &self,
-        lines: &Lines,
-        key: &Q,
-        word: u64,
-        hash: u64,
-        n: u64,
-        rule: &Rule,
-        guard: &Guard,
-    ) -> Option<Decision>
-    where
-        K: Borrow<Q> + From<Q::Owned>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-    {
         let now = || self.clock.now().0;
         let mut place = match self.moved(lines, key, hash, guard) {
             Some(entry) => Place::Entry(entry),

@@ -88,7 +88,7 @@
 
 use core::cell::Cell;
 
-use crate::algo::sliding_counter::CounterRule;
+use crate::algo::sliding_counter::{CounterRule, Tail};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 use crate::window::cum::RETIRED;
@@ -219,6 +219,31 @@ impl LineReading<'_> {
             return 0;
         }
         u64::from(Compact::since(count, snapshot))
+    }
+}
+
+/// [`Line::fast`]'s tail of `bucket`, whose snapshot is in slot `index` (`bucket mod
+/// (N + 1)`), under the word's `count`, loaded when a judgement needs it. A type of its own
+/// rather than a closure, so that its load is always inlined: the closures, each passed to
+/// two judgements, were called out of line.
+#[derive(Clone, Copy)]
+struct SlotTail<'l> {
+    line: &'l Line<'l>,
+    count: u32,
+    bucket: u64,
+    index: usize,
+}
+
+impl Tail for SlotTail<'_> {
+    /// `None` if the slot holds another bucket's snapshot or one past the count.
+    #[inline(always)]
+    fn load(self) -> Option<u64> {
+        // Acquire: as `LineReading::tail`'s load.
+        let slot = Compact::load(self.line.slots, self.index, Ordering::Acquire);
+        let snapshot = Compact::snapshot_of(slot);
+        (Compact::tag_of(slot) == Compact::tag(self.bucket)
+            && Compact::at_or_after(self.count, snapshot))
+        .then(|| u64::from(Compact::since(self.count, snapshot)))
     }
 }
 
@@ -363,7 +388,12 @@ impl<'a> Line<'a> {
     /// [`Line::read`] could make: the same word, the same slots, the same checks of their
     /// tags and of snapshots past the count.
     #[inline(always)]
-    fn fast(&self, rule: &CounterRule, now: impl Fn() -> u64, n: u64) -> Option<Decision> {
+    pub(crate) fn fast(
+        &self,
+        rule: &CounterRule,
+        now: impl Fn() -> u64,
+        n: u64,
+    ) -> Option<Decision> {
         let t = now();
         // Acquire: as `read`'s load of the word.
         let word = self.word.load(Ordering::Acquire);
@@ -376,25 +406,23 @@ impl<'a> Line<'a> {
             .checked_sub(start)
             .filter(|&into| into < rule.granularity)?;
         let count = Compact::count(word);
-        // Bucket `k`'s snapshot, in slot `i` (`k mod (N + 1)`).
-        let tail = |k: u64, i: usize| {
-            // Acquire: as `LineReading::tail`'s load.
-            let slot = Compact::load(self.slots, i, Ordering::Acquire);
-            let snapshot = Compact::snapshot_of(slot);
-            (Compact::tag_of(slot) == Compact::tag(k) && Compact::at_or_after(count, snapshot))
-                .then(|| u64::from(Compact::since(count, snapshot)))
+        let tail = |k: u64, i: usize| SlotTail {
+            line: self,
+            count,
+            bucket: k,
+            index: i,
         };
         let oldest = front - self.buckets;
         // One reciprocal multiplication for the three slots a check may read: the next
         // bucket's slot follows the oldest one's, and the front's (`oldest + N`, so
         // `oldest − 1` modulo `N + 1`) precedes it.
         let (i, last) = (self.index(oldest), self.buckets as usize);
-        let all = tail(oldest, i)?;
-        let next = || tail(oldest + 1, if i == last { 0 } else { i + 1 });
+        let all = tail(oldest, i).load()?;
+        let next = tail(oldest + 1, if i == last { 0 } else { i + 1 });
         match rule.judge_fast(all, offset, next, n) {
             Some(decision) => self.try_charge(word, n).then_some(decision),
             None => {
-                let current = || tail(front, if i == 0 { last } else { i - 1 });
+                let current = tail(front, if i == 0 { last } else { i - 1 });
                 rule.judge_denied_fast(all, offset, next, current, n)
             }
         }
@@ -570,7 +598,7 @@ pub(crate) fn charge(
 
 /// [`charge`]'s general loop.
 #[inline(never)]
-fn charge_loop(
+pub(crate) fn charge_loop(
     line: &Line<'_>,
     rule: &CounterRule,
     now: impl Fn() -> u64,
