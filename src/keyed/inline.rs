@@ -26,12 +26,13 @@
 //! that key's slot for as long as it is pinned, whatever the writer does.
 //!
 //! # Growth: the migration
-//! When an insert would take the table past load 1/2 (tombstones included), the writer makes
-//! a next table (twice the keys, rounded up to a power of two), links it from the current
-//! one, and from then on every writer call (an insert or an idle eviction) moves a chunk of
-//! old slots (at least [`CHUNK`],
-//! more when the next table is small, so that the migration ends before new keys take the
-//! next table past load 1/2):
+//! When an insert would take the table past its bound (tombstones included: load 1/2 for a
+//! table of up to [`SPARSE_MAX`] slots, 2/3 for a larger one), the writer makes a next table
+//! ([`Table::capacity_for`] the keys: twice them rounded up to a power of two, or three times
+//! them beyond [`SPARSE_MAX`]), links it from the current one, and from then on every writer
+//! call (an insert or an idle eviction) moves a chunk of old slots (at least [`CHUNK`], more
+//! when the next table is small, so that the migration ends before new keys take the next
+//! table past its bound):
 //! 1. **Freeze**: retire the key's ring (its word's `RETIRED` bit): every charge after it
 //!    fails, so the word and slots it leaves are the key's final state in this table. A fill
 //!    in progress is frozen with its flag, and finished in the next table by its first
@@ -118,6 +119,13 @@ const SWEEP_CHUNK: usize = 256;
 /// The smallest table.
 const MIN_CAPACITY: usize = 4;
 
+/// The largest table kept sparse: up to 2¹⁶ slots (4 MiB), a table's capacity is a power of
+/// two and its load at most 1/2 (probes of 1.5 slots for a key found); a larger one is sized
+/// to three times its keys when it grows and holds up to 2/3 of its slots, 96 to 192 bytes per
+/// key against 128 to 256 (probes of about 2 slots at 2/3). Measured at a million keys, the
+/// denser table's check took 5–8% longer (`docs/inline-store.md`, "Why a table of any size").
+const SPARSE_MAX: usize = 1 << 16;
+
 /// Old slots a writer call moves while a migration is in progress, at least. One under
 /// loom, so that the models' small tables migrate over several writer calls.
 const CHUNK: usize = if cfg!(slidegate_loom) { 1 } else { 8 };
@@ -165,7 +173,8 @@ impl Slot {
 }
 
 struct Table {
-    mask: usize,
+    /// Its slots' number; a key's home is `hash · capacity / 2³⁰`.
+    capacity: usize,
     /// On huge pages from 2 MiB up, as the store's tables.
     slots: Array<Slot>,
     /// The table this one is migrating to (null when none).
@@ -174,19 +183,61 @@ struct Table {
 
 impl Table {
     fn new(capacity: usize) -> Table {
-        debug_assert!(capacity.is_power_of_two());
+        debug_assert!((MIN_CAPACITY..=1 << 30).contains(&capacity));
         Table {
-            mask: capacity - 1,
+            capacity,
             slots: Array::new(capacity, Slot::empty),
             next: Atomic::null(),
         }
     }
 
+    /// The capacity of a table made for `keys`: twice the keys rounded up to a power of two
+    /// (load 1/4 to 1/2) while that is at most [`SPARSE_MAX`], else three times the keys
+    /// (load 1/3), rounded up to a whole number of 4 KiB pages.
+    fn capacity_for(keys: usize) -> usize {
+        let sparse = (keys * 2).next_power_of_two().max(MIN_CAPACITY);
+        if sparse <= SPARSE_MAX {
+            sparse
+        } else {
+            (keys * 3).next_multiple_of(64)
+        }
+    }
+
+    /// The slots in use (live and tombstones) this table may hold: half of a sparse table's,
+    /// two thirds of a larger one's (see [`SPARSE_MAX`]).
+    fn bound(&self) -> usize {
+        if self.capacity <= SPARSE_MAX {
+            self.capacity / 2
+        } else {
+            self.capacity / 3 * 2
+        }
+    }
+
+    /// The slot a key of this 30-bit `hash` probes first: its low bits in a sparse table (a
+    /// power of two), the high half of `hash · capacity` in a larger one, which can have
+    /// any size. Both take every slot as a home; the mask keeps the small tables' layout
+    /// (the loom models' keys hash to themselves, and take the slots they name).
+    #[inline(always)]
+    fn home(&self, hash: u32) -> usize {
+        debug_assert!(hash <= HASH);
+        if self.capacity <= SPARSE_MAX {
+            hash as usize & (self.capacity - 1)
+        } else {
+            ((u64::from(hash) * self.capacity as u64) >> 30) as usize
+        }
+    }
+
+    /// The slot a probe examines after slot `i`.
+    #[inline(always)]
+    fn after(&self, i: usize) -> usize {
+        if i + 1 == self.capacity { 0 } else { i + 1 }
+    }
+
     /// Where `key` is in this table.
     #[inline]
     fn probe(&self, key: u64, hash: u32) -> Probe<'_> {
-        let mut i = hash as usize & self.mask;
-        for _ in 0..=self.mask {
+        let mut i = self.home(hash);
+        for _ in 0..self.capacity {
             let slot = &self.slots[i];
             let state = slot.state();
             if state == 0 {
@@ -201,7 +252,7 @@ impl Table {
                     Probe::Found(slot)
                 };
             }
-            i = (i + 1) & self.mask;
+            i = self.after(i);
         }
         Probe::Absent
     }
@@ -209,13 +260,13 @@ impl Table {
     /// Writes `key` with the ring's `words` into the first empty slot of its probe (the
     /// writer's, in a table where it is absent), publishing the state `LIVE | hash` last.
     fn place(&self, key: u64, hash: u32, words: &[u64; RING]) -> &Slot {
-        let mut i = hash as usize & self.mask;
+        let mut i = self.home(hash);
         let mut probed = 0;
         while self.slots[i].state() != 0 {
-            i = (i + 1) & self.mask;
+            i = self.after(i);
             probed += 1;
-            // Unreachable: a table is kept at load 1/2 or below (see `InlineTable::start`).
-            debug_assert!(probed <= self.mask, "a full table");
+            // Unreachable: a table is kept at load 2/3 or below (see `Table::bound`).
+            debug_assert!(probed < self.capacity, "a full table");
         }
         let slot = &self.slots[i];
         slot.key.store(key, Ordering::Relaxed);
@@ -245,7 +296,7 @@ struct Writer {
     /// The next old slot a migration moves.
     cursor: usize,
     /// Old slots a writer call moves in this migration: at least [`CHUNK`], and enough that
-    /// the migration ends before the next table's inserts could take it past load 1/2.
+    /// the migration ends before the next table's inserts could take it past its bound.
     chunk: usize,
     /// Where the insert-time sweep and the search for room at `max_keys` go on from.
     sweep: usize,
@@ -255,6 +306,20 @@ struct Writer {
     /// Keys evicted while idle, and keys forced out at `max_keys` while not.
     evicted: u64,
     forced: u64,
+}
+
+impl Writer {
+    /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
+    /// the table's end (and starts over in a table smaller than the last).
+    fn swept(&mut self, table: &Table) -> usize {
+        let i = if self.sweep < table.capacity {
+            self.sweep
+        } else {
+            0
+        };
+        self.sweep = i + 1;
+        i
+    }
 }
 
 /// The table of one quota's keys (see the module documentation).
@@ -374,9 +439,8 @@ impl InlineTable {
         }
     }
 
-    /// Links a next table to `current` and returns it: twice the keys, rounded up to a power
-    /// of two (load 1/4 to 1/2 once moved), with the number of old slots each writer call
-    /// moves.
+    /// Links a next table to `current` and returns it, of [`Table::capacity_for`] the keys,
+    /// with the number of old slots each writer call moves.
     fn start<'g>(
         &self,
         writer: &mut Writer,
@@ -384,14 +448,14 @@ impl InlineTable {
         guard: &'g Guard,
     ) -> Shared<'g, Table> {
         let keys = self.len() + 1;
-        let capacity = (keys * 2).next_power_of_two().max(MIN_CAPACITY);
+        let next = Table::new(Table::capacity_for(keys));
         // Each writer call inserts at most one key: the migration must end within the
-        // inserts that keep the next table at load 1/2 or below (every moved key, then
-        // `slack` new ones), however many of the old slots were tombstones.
-        let slack = (capacity / 2).saturating_sub(keys).max(1);
-        writer.chunk = (current.mask + 1).div_ceil(slack).max(CHUNK);
+        // inserts that keep the next table within its bound (every moved key, then `slack`
+        // new ones), however many of the old slots were tombstones.
+        let slack = next.bound().saturating_sub(keys).max(1);
+        writer.chunk = current.capacity.div_ceil(slack).max(CHUNK);
         writer.cursor = 0;
-        let next = Owned::new(Table::new(capacity)).into_shared(guard);
+        let next = Owned::new(next).into_shared(guard);
         // Release: publishes the empty slots to lookups that follow the link.
         current.next.store(next, Ordering::Release);
         next
@@ -408,12 +472,12 @@ impl InlineTable {
         }
         // SAFETY: linked by this writer; freed only through the epoch.
         let next = unsafe { next_shared.deref() };
-        let end = (writer.cursor + writer.chunk).min(old.mask + 1);
+        let end = (writer.cursor + writer.chunk).min(old.capacity);
         for slot in &old.slots[writer.cursor..end] {
             self.move_slot(slot, next);
         }
         writer.cursor = end;
-        if end == old.mask + 1 {
+        if end == old.capacity {
             // Release: pairs with the Acquire in `current`.
             self.table.store(next_shared, Ordering::Release);
             // SAFETY: unlinked from the store; readers still probing it are pinned, and its
@@ -537,8 +601,7 @@ impl InlineTable {
             (unsafe { next.deref() }, false)
         };
         for _ in 0..SWEEP {
-            let slot = &table.slots[writer.sweep & table.mask];
-            writer.sweep = writer.sweep.wrapping_add(1);
+            let slot = &table.slots[writer.swept(table)];
             self.evict_if_idle(writer, slot, in_current, granularity, then);
         }
     }
@@ -560,12 +623,11 @@ impl InlineTable {
         let table = self.current(guard);
         let mut oldest: Option<(u64, usize)> = None;
         let mut seen = 0;
-        for _ in 0..=table.mask {
+        for _ in 0..table.capacity {
             if seen == SAMPLE {
                 break;
             }
-            let i = writer.sweep & table.mask;
-            writer.sweep = writer.sweep.wrapping_add(1);
+            let i = writer.swept(table);
             let slot = &table.slots[i];
             if slot.state() & LIVE == 0 {
                 continue;
@@ -605,10 +667,10 @@ impl InlineTable {
                 self.finish(&mut writer, guard);
             }
             let table = self.current(guard);
-            if start > table.mask {
+            if start >= table.capacity {
                 return evicted;
             }
-            let end = (start + SWEEP_CHUNK).min(table.mask + 1);
+            let end = (start + SWEEP_CHUNK).min(table.capacity);
             for slot in &table.slots[start..end] {
                 let idle = self.evict_if_idle(&mut writer, slot, true, granularity, now);
                 evicted += usize::from(idle);
@@ -656,7 +718,7 @@ impl InlineTable {
     /// The current table's capacity (for the tests).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.current(&epoch::pin()).mask + 1
+        self.current(&epoch::pin()).capacity
     }
 
     /// A check of cost `n` on `key`'s window at `now()` under a counter's `rule` (Strict,
@@ -792,7 +854,7 @@ impl Placing<'_> {
         }
         let current = table.current(guard);
         let mut target = current.next.load(Ordering::Acquire, guard);
-        if target.is_null() && (table.len() + writer.tombstones + 1) * 2 > current.mask + 1 {
+        if target.is_null() && table.len() + writer.tombstones + 1 > current.bound() {
             target = table.start(writer, current, guard);
             table.step(writer, guard);
             if table.table.load(Ordering::Relaxed, guard) == target {

@@ -348,3 +348,46 @@ fn at_max_keys_an_insert_evicts_an_idle_key_else_the_least_recent() {
     assert!(len <= 4, "{len}");
     assert_eq!(len, live);
 }
+
+#[test]
+fn a_key_s_home_spans_a_table_of_any_size() {
+    // A sparse table (a power of two) homes a key by its hash's low bits; a larger one by
+    // the high half of `hash · capacity`: the lowest hash homes in the first slot, the
+    // highest in the last, whatever the capacity (a mask would need a power of two).
+    let sparse = Table::new(64);
+    assert_eq!(sparse.home(5), 5);
+    assert_eq!(sparse.home(64 + 5), 5);
+    for capacity in [98_368, 1 << 17] {
+        let table = Table::new(capacity);
+        assert_eq!(table.home(0), 0);
+        assert_eq!(table.home(HASH), capacity - 1, "capacity {capacity}");
+        assert_eq!(
+            table.home(HASH / 2 + 1),
+            capacity / 2,
+            "capacity {capacity}"
+        );
+        assert_eq!(table.after(capacity - 1), 0);
+    }
+}
+
+#[test]
+fn a_large_table_is_sized_to_three_times_its_keys_and_keeps_every_window() {
+    // Up to 2¹⁶ slots a table doubles at load 1/2; past that it is sized to three times its
+    // keys and fills to 2/3. The 32,769th key moves the table from 2¹⁶ slots to 98,368
+    // (3 · 32,769 rounded up to 64), which holds 65,578; the 65,579th moves it to 196,800.
+    let table = InlineTable::new(2);
+    let keys = 70_000u64;
+    for key in 0..keys {
+        assert!(check(&table, key, mix(key), 1, 2, 1), "key {key}");
+    }
+    table.finish_migration();
+    assert_eq!(table.capacity(), 196_800);
+    let ((live, tombstones), scanned) = table.occupancy().expect("no migration");
+    assert_eq!((live, tombstones), scanned);
+    assert_eq!(live, keys as usize);
+    // Every key kept its unit through three migrations, and admits one more, not two.
+    for key in 0..keys {
+        assert!(check(&table, key, mix(key), 1, 2, 1), "key {key}");
+        assert!(!check(&table, key, mix(key), 1, 2, 1), "key {key}");
+    }
+}
