@@ -26,10 +26,11 @@
 //! that key's slot for as long as it is pinned, whatever the writer does.
 //!
 //! # Growth: the migration
-//! When an insert would take the table past its bound (tombstones included: load 1/2 for a
-//! table of up to [`SPARSE_MAX`] slots, 2/3 for a larger one), the writer makes a next table
-//! ([`Table::capacity_for`] the keys: twice them rounded up to a power of two, or three times
-//! them beyond [`SPARSE_MAX`]), links it from the current one, and from then on every writer
+//! When an insert would take the table past its bound (tombstones included: load
+//! 1/[`SPARSE_LOAD`] for a table of up to [`SPARSE_MAX`] slots, 2/3 for a larger one), the
+//! writer makes a next table ([`Table::for_keys`] the keys: [`SPARSE_LOAD`] times them
+//! rounded up to a power of two, or three times them beyond [`SPARSE_MAX`]), links it from
+//! the current one, and from then on every writer
 //! call (an insert or an idle eviction) moves a chunk of old slots (at least [`CHUNK`], more
 //! when the next table is small, so that the migration ends before new keys take the next
 //! table past its bound):
@@ -107,7 +108,8 @@ const HASH: u32 = MOVED - 1;
 const TOMBSTONE: u32 = 1;
 
 /// Slots an insert examines for keys idle a whole window, so that churn is reclaimed as it
-/// happens (the store's number).
+/// happens (the store's number), in a table at load 1/2 or above; a sparser table examines
+/// proportionally more.
 const SWEEP: usize = 4;
 
 /// Live slots an insert at `max_keys` examines for an idle key before forcing one out.
@@ -119,12 +121,18 @@ const SWEEP_CHUNK: usize = 256;
 /// The smallest table.
 const MIN_CAPACITY: usize = 4;
 
-/// The largest table kept sparse: up to 2¹⁶ slots (4 MiB), a table's capacity is a power of
-/// two and its load at most 1/2 (probes of 1.5 slots for a key found); a larger one is sized
-/// to three times its keys when it grows and holds up to 2/3 of its slots, 96 to 192 bytes per
-/// key against 128 to 256 (probes of about 2 slots at 2/3). Measured at a million keys, the
-/// denser table's check took 5–8% longer (`docs/inline-store.md`, "Why a table of any size").
+/// The largest sparse table: up to 2¹⁶ slots (4 MiB), a table's capacity is a power of two
+/// and at most one slot in [`SPARSE_LOAD`] is in use, so that a probe seldom meets another
+/// key's line; a larger one is dense, sized to three times its keys when it grows and holding
+/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). Measured
+/// (`docs/inline-store.md`, "A table of any size"): at a thousand keys a table at load 1/8
+/// against 1/2 took 0.84× governor's time against 0.93×, and two threads on disjoint keys
+/// scaled 1.71–1.81× against 1.26–1.55×; at a million keys the dense table's check took
+/// 5–8% longer than at load 1/2, for 101 bytes per key against 134.
 const SPARSE_MAX: usize = 1 << 16;
+
+/// A sparse table's load, at most: one slot in eight in use.
+const SPARSE_LOAD: usize = 8;
 
 /// Old slots a writer call moves while a migration is in progress, at least. One under
 /// loom, so that the models' small tables migrate over several writer calls.
@@ -173,8 +181,13 @@ impl Slot {
 }
 
 struct Table {
-    /// Its slots' number; a key's home is `hash · capacity / 2³⁰`.
+    /// Its slots' number.
     capacity: usize,
+    /// `capacity − 1` in a sparse table (a power of two), whose keys are homed by their
+    /// hash's low bits; 0 in a dense one, which homes them at `hash · capacity / 2³⁰`.
+    mask: usize,
+    /// The slots in use (live and tombstones) it may hold.
+    bound: usize,
     /// On huge pages from 2 MiB up, as the store's tables.
     slots: Array<Slot>,
     /// The table this one is migrating to (null when none).
@@ -182,46 +195,37 @@ struct Table {
 }
 
 impl Table {
-    fn new(capacity: usize) -> Table {
-        debug_assert!((MIN_CAPACITY..=1 << 30).contains(&capacity));
+    /// A table made for `keys` keys in a table whose sparse tables hold one slot in `load`:
+    /// sparse, `load` times the keys rounded up to a power of two, while that is at most
+    /// [`SPARSE_MAX`] slots; else dense, three times the keys (load 1/3) rounded up to a
+    /// whole number of 4 KiB pages.
+    fn for_keys(keys: usize, load: usize) -> Table {
+        let sparse = (keys.max(1) * load).next_power_of_two().max(MIN_CAPACITY);
+        let (capacity, mask, bound) = if sparse <= SPARSE_MAX {
+            (sparse, sparse - 1, sparse / load)
+        } else {
+            let capacity = (keys * 3).next_multiple_of(64);
+            (capacity, 0, capacity / 3 * 2)
+        };
+        debug_assert!(capacity <= 1 << 30, "homes need capacity ≤ 2³⁰");
         Table {
             capacity,
+            mask,
+            bound,
             slots: Array::new(capacity, Slot::empty),
             next: Atomic::null(),
         }
     }
 
-    /// The capacity of a table made for `keys`: twice the keys rounded up to a power of two
-    /// (load 1/4 to 1/2) while that is at most [`SPARSE_MAX`], else three times the keys
-    /// (load 1/3), rounded up to a whole number of 4 KiB pages.
-    fn capacity_for(keys: usize) -> usize {
-        let sparse = (keys * 2).next_power_of_two().max(MIN_CAPACITY);
-        if sparse <= SPARSE_MAX {
-            sparse
-        } else {
-            (keys * 3).next_multiple_of(64)
-        }
-    }
-
-    /// The slots in use (live and tombstones) this table may hold: half of a sparse table's,
-    /// two thirds of a larger one's (see [`SPARSE_MAX`]).
-    fn bound(&self) -> usize {
-        if self.capacity <= SPARSE_MAX {
-            self.capacity / 2
-        } else {
-            self.capacity / 3 * 2
-        }
-    }
-
     /// The slot a key of this 30-bit `hash` probes first: its low bits in a sparse table (a
-    /// power of two), the high half of `hash · capacity` in a larger one, which can have
-    /// any size. Both take every slot as a home; the mask keeps the small tables' layout
-    /// (the loom models' keys hash to themselves, and take the slots they name).
+    /// power of two), the high half of `hash · capacity` in a dense one, which can have any
+    /// size. Both take every slot as a home; the mask keeps the small tables' layout (the
+    /// loom models' keys hash to themselves, and take the slots they name).
     #[inline(always)]
     fn home(&self, hash: u32) -> usize {
         debug_assert!(hash <= HASH);
-        if self.capacity <= SPARSE_MAX {
-            hash as usize & (self.capacity - 1)
+        if self.mask != 0 {
+            hash as usize & self.mask
         } else {
             ((u64::from(hash) * self.capacity as u64) >> 30) as usize
         }
@@ -265,7 +269,7 @@ impl Table {
         while self.slots[i].state() != 0 {
             i = self.after(i);
             probed += 1;
-            // Unreachable: a table is kept at load 2/3 or below (see `Table::bound`).
+            // Unreachable: a table is kept at load 2/3 or below (see `Table::for_keys`).
             debug_assert!(probed < self.capacity, "a full table");
         }
         let slot = &self.slots[i];
@@ -327,6 +331,9 @@ pub(crate) struct InlineTable {
     table: Atomic<Table>,
     /// `N`.
     buckets: u64,
+    /// A sparse table's load, at most one slot in this many: [`SPARSE_LOAD`], or 2 for the
+    /// tests and loom models that lay keys out in small tables at load 1/2.
+    sparse_load: usize,
     /// The most keys the table holds: an insert beyond it evicts a key first.
     max_keys: usize,
     writer: Mutex<Writer>,
@@ -345,9 +352,18 @@ fn hashed(hash: u64) -> u32 {
 
 impl InlineTable {
     /// An empty table for windows of `buckets` buckets (the tests'), unbounded.
-    #[cfg(any(test, slidegate_loom))]
+    #[cfg(test)]
     pub(crate) fn new(buckets: u64) -> InlineTable {
         InlineTable::with_max_keys(buckets, usize::MAX)
+    }
+
+    /// An empty, unbounded table for windows of `buckets` buckets whose sparse tables are
+    /// filled to load 1/2, not [`SPARSE_LOAD`]'s: the tests and loom models that lay keys
+    /// out in small tables (an 8-slot table holds four keys, the fifth starts a migration).
+    /// The protocols do not depend on the load.
+    #[cfg(any(test, slidegate_loom))]
+    pub(crate) fn at_half_load(buckets: u64) -> InlineTable {
+        InlineTable::with_load(buckets, usize::MAX, 2)
     }
 
     /// An empty table for windows of `buckets` buckets holding at most `max_keys` (at least
@@ -359,12 +375,19 @@ impl InlineTable {
     /// would not share the line (the limiter makes a table only for a quota that
     /// [`Line::fits`]).
     pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable {
+        InlineTable::with_load(buckets, max_keys, SPARSE_LOAD)
+    }
+
+    /// [`InlineTable::with_max_keys`] with sparse tables of at most one slot in
+    /// `sparse_load` in use.
+    fn with_load(buckets: u64, max_keys: usize, sparse_load: usize) -> InlineTable {
         assert!(
             Line::fits(1, buckets, LINE_MIN_GRANULARITY),
             "an inline table holds windows of 1 to {LINE_MAX_BUCKETS} buckets, not {buckets}"
         );
         InlineTable {
-            table: Atomic::new(Table::new(MIN_CAPACITY)),
+            table: Atomic::new(Table::for_keys(1, sparse_load)),
+            sparse_load,
             buckets,
             max_keys: max_keys.max(1),
             len: AtomicUsize::new(0),
@@ -439,8 +462,8 @@ impl InlineTable {
         }
     }
 
-    /// Links a next table to `current` and returns it, of [`Table::capacity_for`] the keys,
-    /// with the number of old slots each writer call moves.
+    /// Links a next table to `current` and returns it, made for the keys
+    /// ([`Table::for_keys`]), with the number of old slots each writer call moves.
     fn start<'g>(
         &self,
         writer: &mut Writer,
@@ -448,11 +471,11 @@ impl InlineTable {
         guard: &'g Guard,
     ) -> Shared<'g, Table> {
         let keys = self.len() + 1;
-        let next = Table::new(Table::capacity_for(keys));
+        let next = Table::for_keys(keys, self.sparse_load);
         // Each writer call inserts at most one key: the migration must end within the
         // inserts that keep the next table within its bound (every moved key, then `slack`
         // new ones), however many of the old slots were tombstones.
-        let slack = next.bound().saturating_sub(keys).max(1);
+        let slack = next.bound.saturating_sub(keys).max(1);
         writer.chunk = current.capacity.div_ceil(slack).max(CHUNK);
         writer.cursor = 0;
         let next = Owned::new(next).into_shared(guard);
@@ -600,7 +623,9 @@ impl InlineTable {
             // SAFETY: linked by this writer; freed only through the epoch.
             (unsafe { next.deref() }, false)
         };
-        for _ in 0..SWEEP {
+        // A sparse table sweeps more slots per insert, in proportion to its emptiness, so
+        // that the sweep goes round it in as many inserts per key as at load 1/2.
+        for _ in 0..(SWEEP * table.capacity / (2 * table.bound.max(1))).max(SWEEP) {
             let slot = &table.slots[writer.swept(table)];
             self.evict_if_idle(writer, slot, in_current, granularity, then);
         }
@@ -854,7 +879,7 @@ impl Placing<'_> {
         }
         let current = table.current(guard);
         let mut target = current.next.load(Ordering::Acquire, guard);
-        if target.is_null() && table.len() + writer.tombstones + 1 > current.bound() {
+        if target.is_null() && table.len() + writer.tombstones + 1 > current.bound {
             target = table.start(writer, current, guard);
             table.step(writer, guard);
             if table.table.load(Ordering::Relaxed, guard) == target {
@@ -945,7 +970,7 @@ impl LoomInline {
 
     /// An empty table of windows of `buckets` buckets.
     pub fn new(buckets: u64) -> LoomInline {
-        LoomInline(InlineTable::new(buckets), buckets)
+        LoomInline(InlineTable::at_half_load(buckets), buckets)
     }
 
     /// A Strict check of `cost` against `limit` on `key` at `t`.

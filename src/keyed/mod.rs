@@ -78,9 +78,9 @@ pub type DefaultHashBuilder = ahash::RandomState;
 /// [`Ipv4Addr`](std::net::Ipv4Addr), under a Strict, Weighted or fixed-window quota of at
 /// most ten buckets of at least 2²⁶ ns (about 67 ms: a one-second window of ten buckets), a
 /// limit of at most 2²¹ and no marks, keep their whole window (key, hash and `N + 1`
-/// snapshots) in one 64-byte slot of a table kept at load 1/2 or below up to 2¹⁶ slots and
-/// 2/3 or below beyond, found with one cache miss: 96 to 192 bytes per key in a large table,
-/// 101 at a million keys. Such a key moves to the
+/// snapshots) in one 64-byte slot of a table kept at load 1/8 or below up to 2¹⁶ slots (4
+/// MiB) and 2/3 or below beyond, found with one cache miss: 96 to 192 bytes per key in a
+/// large table, 101 at a million keys. Such a key moves to the
 /// general store, with its counts, once a [`check_all`](crate::check_all) reserves on it
 /// (a reservation needs a field the slot has no room for), and stays there until it is
 /// evicted; a key whose override has another shape lives there too. Decisions are the same

@@ -64,7 +64,7 @@ fn keys_with_one_hash_are_told_apart_by_their_keys() {
 
 #[test]
 fn a_check_during_a_migration_finds_its_key_in_either_table() {
-    let table = InlineTable::new(2);
+    let table = InlineTable::at_half_load(2);
     // From four slots, the table doubles when an insert would pass load 1/2: the 33rd key
     // starts a migration from 64 slots to 128, eight old slots per insert, and the 36th
     // key's insert leaves it half done.
@@ -139,8 +139,8 @@ fn a_fill_frozen_by_a_migration_is_finished_in_the_new_table() {
 fn a_small_next_table_is_filled_only_after_its_migration_ends() {
     // Many evictions leave a large table of tombstones; its next table is small, so each
     // writer call moves more old slots, and the migration ends before the new keys could
-    // fill the next table past load 1/2.
-    let table = InlineTable::new(1);
+    // fill the next table past load 1/2 (small tables at that load, as the loom models').
+    let table = InlineTable::at_half_load(1);
     for key in 0..64 {
         assert!(check(&table, key, mix(key), 1, 1, 1));
     }
@@ -351,14 +351,19 @@ fn at_max_keys_an_insert_evicts_an_idle_key_else_the_least_recent() {
 
 #[test]
 fn a_key_s_home_spans_a_table_of_any_size() {
-    // A sparse table (a power of two) homes a key by its hash's low bits; a larger one by
+    // A sparse table (a power of two) homes a key by its hash's low bits; a dense one by
     // the high half of `hash · capacity`: the lowest hash homes in the first slot, the
     // highest in the last, whatever the capacity (a mask would need a power of two).
-    let sparse = Table::new(64);
+    let sparse = Table::for_keys(8, SPARSE_LOAD);
+    assert_eq!((sparse.capacity, sparse.bound), (64, 8));
     assert_eq!(sparse.home(5), 5);
     assert_eq!(sparse.home(64 + 5), 5);
-    for capacity in [98_368, 1 << 17] {
-        let table = Table::new(capacity);
+    for keys in [20_000, 50_000] {
+        let table = Table::for_keys(keys, SPARSE_LOAD);
+        let capacity = table.capacity;
+        // Three times the keys, rounded up to 64 slots; two thirds of them usable.
+        assert_eq!(capacity, (3 * keys).next_multiple_of(64));
+        assert_eq!(table.bound, capacity / 3 * 2);
         assert_eq!(table.home(0), 0);
         assert_eq!(table.home(HASH), capacity - 1, "capacity {capacity}");
         assert_eq!(
@@ -372,22 +377,41 @@ fn a_key_s_home_spans_a_table_of_any_size() {
 
 #[test]
 fn a_large_table_is_sized_to_three_times_its_keys_and_keeps_every_window() {
-    // Up to 2¹⁶ slots a table doubles at load 1/2; past that it is sized to three times its
-    // keys and fills to 2/3. The 32,769th key moves the table from 2¹⁶ slots to 98,368
-    // (3 · 32,769 rounded up to 64), which holds 65,578; the 65,579th moves it to 196,800.
+    // Up to 2¹⁶ slots a table is a power of two at load 1/8 or below; past that it is
+    // sized to three times its keys and fills to 2/3. The 8,193rd key moves the table from
+    // 2¹⁶ slots to 24,640 (3 · 8,193 rounded up to 64), which holds 16,426; then 49,344,
+    // 98,752, and the 65,835th key moves it to 197,568.
     let table = InlineTable::new(2);
     let keys = 70_000u64;
     for key in 0..keys {
         assert!(check(&table, key, mix(key), 1, 2, 1), "key {key}");
     }
     table.finish_migration();
-    assert_eq!(table.capacity(), 196_800);
+    assert_eq!(table.capacity(), 197_568);
     let ((live, tombstones), scanned) = table.occupancy().expect("no migration");
     assert_eq!((live, tombstones), scanned);
     assert_eq!(live, keys as usize);
-    // Every key kept its unit through three migrations, and admits one more, not two.
+    // Every key kept its unit through its migrations, and admits one more, not two.
     for key in 0..keys {
         assert!(check(&table, key, mix(key), 1, 2, 1), "key {key}");
         assert!(!check(&table, key, mix(key), 1, 2, 1), "key {key}");
     }
+}
+
+#[test]
+fn a_small_table_is_kept_at_load_one_eighth() {
+    // The limiter's tables up to 2¹⁶ slots: no insert takes one past one slot in eight in
+    // use, and a thousand keys end in 8,192 slots.
+    let table = InlineTable::new(2);
+    for key in 0..1000u64 {
+        assert!(check(&table, key, mix(key), 1, 2, 1), "key {key}");
+        if let Some((counted, _)) = table.occupancy() {
+            assert!(
+                (counted.0 + counted.1) * SPARSE_LOAD <= table.capacity(),
+                "key {key}"
+            );
+        }
+    }
+    table.finish_migration();
+    assert_eq!(table.capacity(), 8192);
 }
