@@ -181,8 +181,6 @@ impl Slot {
 }
 
 struct Table {
-    /// Its slots' number.
-    capacity: usize,
     /// `capacity − 1` in a sparse table (a power of two), whose keys are homed by their
     /// hash's low bits; 0 in a dense one, which homes them at `hash · capacity / 2³⁰`.
     mask: usize,
@@ -209,12 +207,17 @@ impl Table {
         };
         debug_assert!(capacity <= 1 << 30, "homes need capacity ≤ 2³⁰");
         Table {
-            capacity,
             mask,
             bound,
             slots: Array::new(capacity, Slot::empty),
             next: Atomic::null(),
         }
+    }
+
+    /// Its slots' number.
+    #[inline(always)]
+    fn capacity(&self) -> usize {
+        self.slots.len()
     }
 
     /// The slot a key of this 30-bit `hash` probes first: its low bits in a sparse table (a
@@ -227,21 +230,21 @@ impl Table {
         if self.mask != 0 {
             hash as usize & self.mask
         } else {
-            ((u64::from(hash) * self.capacity as u64) >> 30) as usize
+            ((u64::from(hash) * self.capacity() as u64) >> 30) as usize
         }
     }
 
     /// The slot a probe examines after slot `i`.
     #[inline(always)]
     fn after(&self, i: usize) -> usize {
-        if i + 1 == self.capacity { 0 } else { i + 1 }
+        if i + 1 == self.capacity() { 0 } else { i + 1 }
     }
 
     /// Where `key` is in this table.
     #[inline]
     fn probe(&self, key: u64, hash: u32) -> Probe<'_> {
         let mut i = self.home(hash);
-        for _ in 0..self.capacity {
+        for _ in 0..self.capacity() {
             let slot = &self.slots[i];
             let state = slot.state();
             if state == 0 {
@@ -270,7 +273,7 @@ impl Table {
             i = self.after(i);
             probed += 1;
             // Unreachable: a table is kept at load 2/3 or below (see `Table::for_keys`).
-            debug_assert!(probed < self.capacity, "a full table");
+            debug_assert!(probed < self.capacity(), "a full table");
         }
         let slot = &self.slots[i];
         slot.key.store(key, Ordering::Relaxed);
@@ -316,7 +319,7 @@ impl Writer {
     /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
     /// the table's end (and starts over in a table smaller than the last).
     fn swept(&mut self, table: &Table) -> usize {
-        let i = if self.sweep < table.capacity {
+        let i = if self.sweep < table.capacity() {
             self.sweep
         } else {
             0
@@ -476,7 +479,7 @@ impl InlineTable {
         // inserts that keep the next table within its bound (every moved key, then `slack`
         // new ones), however many of the old slots were tombstones.
         let slack = next.bound.saturating_sub(keys).max(1);
-        writer.chunk = current.capacity.div_ceil(slack).max(CHUNK);
+        writer.chunk = current.capacity().div_ceil(slack).max(CHUNK);
         writer.cursor = 0;
         let next = Owned::new(next).into_shared(guard);
         // Release: publishes the empty slots to lookups that follow the link.
@@ -495,12 +498,12 @@ impl InlineTable {
         }
         // SAFETY: linked by this writer; freed only through the epoch.
         let next = unsafe { next_shared.deref() };
-        let end = (writer.cursor + writer.chunk).min(old.capacity);
+        let end = (writer.cursor + writer.chunk).min(old.capacity());
         for slot in &old.slots[writer.cursor..end] {
             self.move_slot(slot, next);
         }
         writer.cursor = end;
-        if end == old.capacity {
+        if end == old.capacity() {
             // Release: pairs with the Acquire in `current`.
             self.table.store(next_shared, Ordering::Release);
             // SAFETY: unlinked from the store; readers still probing it are pinned, and its
@@ -625,7 +628,7 @@ impl InlineTable {
         };
         // A sparse table sweeps more slots per insert, in proportion to its emptiness, so
         // that the sweep goes round it in as many inserts per key as at load 1/2.
-        for _ in 0..(SWEEP * table.capacity / (2 * table.bound.max(1))).max(SWEEP) {
+        for _ in 0..(SWEEP * table.capacity() / (2 * table.bound.max(1))).max(SWEEP) {
             let slot = &table.slots[writer.swept(table)];
             self.evict_if_idle(writer, slot, in_current, granularity, then);
         }
@@ -648,7 +651,7 @@ impl InlineTable {
         let table = self.current(guard);
         let mut oldest: Option<(u64, usize)> = None;
         let mut seen = 0;
-        for _ in 0..table.capacity {
+        for _ in 0..table.capacity() {
             if seen == SAMPLE {
                 break;
             }
@@ -692,10 +695,10 @@ impl InlineTable {
                 self.finish(&mut writer, guard);
             }
             let table = self.current(guard);
-            if start >= table.capacity {
+            if start >= table.capacity() {
                 return evicted;
             }
-            let end = (start + SWEEP_CHUNK).min(table.capacity);
+            let end = (start + SWEEP_CHUNK).min(table.capacity());
             for slot in &table.slots[start..end] {
                 let idle = self.evict_if_idle(&mut writer, slot, true, granularity, now);
                 evicted += usize::from(idle);
@@ -743,7 +746,7 @@ impl InlineTable {
     /// The current table's capacity (for the tests).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.current(&epoch::pin()).capacity
+        self.current(&epoch::pin()).capacity()
     }
 
     /// A check of cost `n` on `key`'s window at `now()` under a counter's `rule` (Strict,

@@ -356,12 +356,12 @@ fn a_key_s_home_spans_a_table_of_any_size() {
     // the high half of `hash · capacity`: the lowest hash homes in the first slot, the
     // highest in the last, whatever the capacity (a mask would need a power of two).
     let sparse = Table::for_keys(8, SPARSE_LOAD);
-    assert_eq!((sparse.capacity, sparse.bound), (64, 8));
+    assert_eq!((sparse.capacity(), sparse.bound), (64, 8));
     assert_eq!(sparse.home(5), 5);
     assert_eq!(sparse.home(64 + 5), 5);
     for keys in [20_000, 50_000] {
         let table = Table::for_keys(keys, SPARSE_LOAD);
-        let capacity = table.capacity;
+        let capacity = table.capacity();
         // Three times the keys, rounded up to 64 slots; two thirds of them usable.
         assert_eq!(capacity, (3 * keys).next_multiple_of(64));
         assert_eq!(table.bound, capacity / 3 * 2);
