@@ -205,21 +205,23 @@ impl LineReading<'_> {
             // Acquire: pairs with the Release of the CAS that established or raised the slot.
             self.line.load_slot(k, Ordering::Acquire)
         };
-        let count = Compact::count(self.word);
-        let snapshot = Compact::snapshot_of(slot);
-        if Compact::tag_of(slot) != Compact::tag(k) {
-            // A fill moved the ring since the word was loaded.
+        tail_under(Compact::count(self.word), k, slot).unwrap_or_else(|| {
             self.torn.set(true);
-            return 0;
-        }
-        if !Compact::at_or_after(count, snapshot) {
-            // A refund raised the snapshot past this reading's count (only possible if the
-            // count moved since): read again.
-            self.torn.set(true);
-            return 0;
-        }
-        u64::from(Compact::since(count, snapshot))
+            0
+        })
     }
+}
+
+/// The cost counted since bucket `k`'s snapshot, held in `slot`, under a word's `count`:
+/// `None` if the reading is torn, when the slot holds another bucket's snapshot (a fill
+/// moved the ring since the word was loaded) or one past the count (a refund raised it, only
+/// possible if the count moved since): the reader reads again. [`LineReading::tail`]'s and
+/// [`Line::fast`]'s.
+#[inline(always)]
+fn tail_under(count: u32, k: u64, slot: u64) -> Option<u64> {
+    let snapshot = Compact::snapshot_of(slot);
+    (Compact::tag_of(slot) == Compact::tag(k) && Compact::at_or_after(count, snapshot))
+        .then(|| u64::from(Compact::since(count, snapshot)))
 }
 
 /// [`Line::fast`]'s tail of `bucket`, whose snapshot is in slot `index` (`bucket mod
@@ -235,15 +237,12 @@ struct SlotTail<'l> {
 }
 
 impl Tail for SlotTail<'_> {
-    /// `None` if the slot holds another bucket's snapshot or one past the count.
+    /// `None` if the reading is torn ([`tail_under`]).
     #[inline(always)]
     fn load(self) -> Option<u64> {
         // Acquire: as `LineReading::tail`'s load.
         let slot = Compact::load(self.line.slots, self.index, Ordering::Acquire);
-        let snapshot = Compact::snapshot_of(slot);
-        (Compact::tag_of(slot) == Compact::tag(self.bucket)
-            && Compact::at_or_after(self.count, snapshot))
-        .then(|| u64::from(Compact::since(self.count, snapshot)))
+        tail_under(self.count, self.bucket, slot)
     }
 }
 
