@@ -124,11 +124,10 @@ const MIN_CAPACITY: usize = 4;
 /// The largest sparse table: up to 2¹⁶ slots (4 MiB), a table's capacity is a power of two
 /// and at most one slot in [`SPARSE_LOAD`] is in use, so that a probe seldom meets another
 /// key's line; a larger one is dense, sized to three times its keys when it grows and holding
-/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). Measured
-/// (`docs/inline-store.md`, "A table of any size"): at a thousand keys a table at load 1/8
-/// against 1/2 took 0.84× governor's time against 0.93×, and two threads on disjoint keys
-/// scaled 1.71–1.81× against 1.26–1.55×; at a million keys the dense table's check took
-/// 5–8% longer than at load 1/2, for 101 bytes per key against 134.
+/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). The
+/// measurements behind both (a thousand keys' checks and two threads' pairs faster at load
+/// 1/8; a million keys' checks 5–8% slower at 2/3, for 101 bytes per key against 134) are in
+/// `docs/inline-store.md`, "A table of any size, and sparse small tables".
 const SPARSE_MAX: usize = 1 << 16;
 
 /// A sparse table's load, at most: one slot in eight in use.
