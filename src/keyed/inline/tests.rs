@@ -416,3 +416,37 @@ fn a_small_table_is_kept_at_load_one_eighth() {
     table.finish_migration();
     assert_eq!(table.capacity(), 8192);
 }
+
+#[test]
+fn threads_inserting_and_checking_across_dense_migrations_keep_one_window_per_key() {
+    // Four threads check every one of 12,000 keys once, each from its own starting key, at
+    // a limit of 2: the table grows from sparse tables (powers of two, homes by mask)
+    // through the 8,193rd key's move to a dense one (24,640 slots, homes by multiplication)
+    // while the others insert and check. A key given two windows would admit more than 2;
+    // a check lost in a migration, fewer.
+    const KEYS: u64 = 12_000;
+    let table = InlineTable::new(2);
+    let admitted: u64 = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let table = &table;
+                s.spawn(move || {
+                    (0..KEYS)
+                        .map(|i| (i + t * KEYS / 4) % KEYS)
+                        .filter(|&key| check(table, key, mix(key), 1, 2, 1))
+                        .count() as u64
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    });
+    assert_eq!(admitted, 2 * KEYS);
+    table.finish_migration();
+    assert_eq!(table.capacity(), 24_640);
+    for key in 0..KEYS {
+        assert_eq!(table.sum(key, mix(key), G, 1), Some(2), "key {key}");
+    }
+    let ((live, _), scanned) = table.occupancy().expect("no migration");
+    assert_eq!(live, KEYS as usize);
+    assert_eq!(scanned.0, live);
+}
