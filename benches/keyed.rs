@@ -23,6 +23,10 @@
 //!   `slidegate/one_thread` runs thread 0's checks alone through the same call, so two
 //!   threads' speed-up is `2 × one_thread / disjoint`; `baseline/{one_thread, disjoint}` does
 //!   the same with work that shares nothing, the speed-up the machine itself gives;
+//!   `baseline_wide/…` with work that shares nothing and retires many instructions per
+//!   cycle (four independent chains), as a keyed check does, where `baseline`'s is a chain of
+//!   dependent multiplications; `slidegate_coarse_clock/…` runs slidegate's checks on a
+//!   `CoarseClock` (no TSC reading per check);
 //!   `slidegate/separate_limiters` gives each thread a limiter of its own;
 //!   `memory/{one_thread, disjoint}` makes a keyed check's memory accesses with no limiter
 //!   (hash, probe, a 152-byte block per key, a CAS), each thread in a table of its own, and
@@ -57,7 +61,7 @@ use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
 use inline::{Decided, InlineFloor, InlineInserts};
-use scaling::{MemoryWork, one_thread, unshared_work};
+use scaling::{MemoryWork, one_thread, unshared_wide_work, unshared_work};
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
@@ -303,6 +307,19 @@ fn contended(c: &mut Criterion) {
     disjoint_and_one_thread(&mut group, "slidegate", &|t, i| {
         let _ = black_box(ours.check(&key(t, i)));
     });
+    // The same checks on a clock an upkeep thread refreshes every millisecond (the
+    // `keyed_coarse_clock` group's has stopped): one reading of the TSC fewer per check.
+    {
+        let clock = CoarseClock::new(Duration::from_millis(1)).expect("no upkeep thread runs");
+        let quota = Quota::new(LIMIT, Duration::from_secs(3600)).expect("a valid quota");
+        let coarse = KeyedLimiter::<u64, _>::with_clock(quota, clock);
+        for k in 0..2 * keys {
+            assert!(coarse.check(&k).is_allowed());
+        }
+        disjoint_and_one_thread(&mut group, "slidegate_coarse_clock", &|t, i| {
+            let _ = black_box(coarse.check(&key(t, i)));
+        });
+    }
     // Each thread its own limiter (thread t's keys in limiter t): the same checks with no
     // table, entry or store field shared, only the epoch's global state.
     let separate = [slidegate(LIMIT), slidegate(LIMIT)];
@@ -364,6 +381,9 @@ fn contended(c: &mut Criterion) {
     );
     disjoint_and_one_thread(&mut group, "baseline", &|_, i| {
         black_box(unshared_work(i));
+    });
+    disjoint_and_one_thread(&mut group, "baseline_wide", &|_, i| {
+        black_box(unshared_wide_work(black_box(i)));
     });
     // The same work inside a crossbeam-epoch pin: the epoch's own cost to two threads (a pin
     // every 128 tries to advance the global epoch, reading every thread's record).
