@@ -26,7 +26,10 @@
 //!   `baseline_wide/…` with work that shares nothing and retires many instructions per
 //!   cycle (four independent chains), as a keyed check does, where `baseline`'s is a chain of
 //!   dependent multiplications; `slidegate_coarse_clock/…` runs slidegate's checks on a
-//!   `CoarseClock` (no TSC reading per check);
+//!   `CoarseClock` (no TSC reading per check); `inline_floor_eighth/…` is the inline floor
+//!   (below) at slidegate's load for these keys, 1/8, and `inline_floor_eighth_padded/…` the
+//!   same with `unshared_wide_work`'s 101 instructions after each check, the instructions
+//!   slidegate's admission runs beyond the floor's, as work that shares nothing;
 //!   `slidegate/separate_limiters` gives each thread a limiter of its own;
 //!   `memory/{one_thread, disjoint}` makes a keyed check's memory accesses with no limiter
 //!   (hash, probe, a 152-byte block per key, a CAS), each thread in a table of its own, and
@@ -355,6 +358,17 @@ fn contended(c: &mut Criterion) {
     let one_table = InlineFloor::new(2 * keys, LIMIT);
     let sparse =
         InlineFloor::with_capacity(2 * keys, LIMIT, (64 * keys as usize).next_power_of_two());
+    // At slidegate's load for 2000 keys (1/8), alone and with the instructions slidegate's
+    // admission runs beyond the floor's added as work that shares nothing.
+    let eighth =
+        InlineFloor::with_capacity(2 * keys, LIMIT, (16 * keys as usize).next_power_of_two());
+    disjoint_and_one_thread(&mut group, "inline_floor_eighth", &|t, i| {
+        black_box(eighth.check::<true, true>(key(t, i)).map(|d| d.remaining));
+    });
+    disjoint_and_one_thread(&mut group, "inline_floor_eighth_padded", &|t, i| {
+        black_box(eighth.check::<true, true>(key(t, i)).map(|d| d.remaining));
+        black_box(unshared_wide_work(black_box(i), 8));
+    });
     for (name, floor) in [
         ("inline_floor_one_table", &one_table),
         ("inline_floor_sparse", &sparse),
@@ -383,7 +397,7 @@ fn contended(c: &mut Criterion) {
         black_box(unshared_work(i));
     });
     disjoint_and_one_thread(&mut group, "baseline_wide", &|_, i| {
-        black_box(unshared_wide_work(black_box(i)));
+        black_box(unshared_wide_work(black_box(i), 24));
     });
     // The same work inside a crossbeam-epoch pin: the epoch's own cost to two threads (a pin
     // every 128 tries to advance the global epoch, reading every thread's record).

@@ -22,8 +22,17 @@
 //!   loaded, stored in a thread-local word, a compiler fence, the word cleared on the way
 //!   out. Only the reader's half, with no reclaimer: a measure of what such a scheme's pin
 //!   would cost a check, not one that frees anything;
-//! - `slidegate`: `KeyedLimiter::check` on one limiter holding both threads' keys;
-//! - `separate_limiters`: each thread a limiter of its own.
+//! - `slidegate`: `KeyedLimiter::check` on one limiter holding both threads' keys (a limit
+//!   of `MAX_LIMIT`: the general store);
+//! - `separate_limiters`: each thread a limiter of its own;
+//! - `slidegate_inline`: `slidegate` with a limit of 2²¹, whose `u64` keys live in the
+//!   inline table (`docs/inline-store.md`);
+//! - `floor_sparse`, `floor_eighth`: the floor of an inline store's check (the bench's
+//!   `common/inline.rs`) with both threads' keys in one table at load 1/32, and at 1/8 as
+//!   in `slidegate_inline`;
+//! - `floor_eighth_padded`: `floor_eighth` followed by 101 instructions of work that shares
+//!   nothing (`unshared_wide_work`, 8 rounds), the instructions `slidegate_inline`'s
+//!   admission runs beyond the floor's (callgrind: 250 against 143).
 //!
 //! On a machine with other work, run it at real-time priority so that the other work does
 //! not take the two cores; it pauses a second between cases, keeping each within the
@@ -47,11 +56,15 @@ use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 #[path = "../benches/common/mod.rs"]
 mod common;
 #[allow(dead_code)]
+#[path = "../benches/common/inline.rs"]
+mod inline;
+#[allow(dead_code)]
 #[path = "../benches/common/scaling.rs"]
 mod scaling;
 
 use common::{scattered, two_threads};
-use scaling::{MemoryWork, one_thread, unshared_work};
+use inline::InlineFloor;
+use scaling::{MemoryWork, one_thread, unshared_wide_work, unshared_work};
 
 /// Keys per thread.
 const KEYS: u64 = 1000;
@@ -109,10 +122,18 @@ fn main() {
         KeyedLimiter::<u64>::new(quota),
         KeyedLimiter::<u64>::new(quota),
     ];
+    let inline_quota = Quota::new(1 << 21, Duration::from_secs(3600)).expect("a valid quota");
+    let inline = KeyedLimiter::<u64>::new(inline_quota);
     for k in 0..2 * KEYS {
         assert!(shared.check(&k).is_allowed());
         assert!(separate[(k / KEYS) as usize].check(&k).is_allowed());
+        assert!(inline.check(&k).is_allowed());
     }
+    let floor = |load: u64| {
+        let capacity = ((2 * KEYS * load) as usize).next_power_of_two();
+        InlineFloor::with_capacity(2 * KEYS, 1 << 21, capacity)
+    };
+    let (sparse, eighth) = (floor(32), floor(8));
     let cases: Vec<(&str, Check<'_>)> = vec![
         (
             "compute",
@@ -189,6 +210,31 @@ fn main() {
             "separate_limiters",
             Box::new(|t, i| {
                 let _ = black_box(separate[t as usize].check(&key(t, i)));
+            }),
+        ),
+        (
+            "slidegate_inline",
+            Box::new(|t, i| {
+                let _ = black_box(inline.check(&key(t, i)));
+            }),
+        ),
+        (
+            "floor_sparse",
+            Box::new(|t, i| {
+                black_box(sparse.check::<true, true>(key(t, i)).map(|d| d.remaining));
+            }),
+        ),
+        (
+            "floor_eighth",
+            Box::new(|t, i| {
+                black_box(eighth.check::<true, true>(key(t, i)).map(|d| d.remaining));
+            }),
+        ),
+        (
+            "floor_eighth_padded",
+            Box::new(|t, i| {
+                black_box(eighth.check::<true, true>(key(t, i)).map(|d| d.remaining));
+                black_box(unshared_wide_work(black_box(i), 8));
             }),
         ),
     ];

@@ -27,14 +27,17 @@ pub fn unshared_work(i: u64) -> u64 {
     x
 }
 
-/// Work that shares nothing and runs many instructions per cycle (four independent chains
-/// of single-cycle operations, each chain a different mix so that they are not vectorised,
-/// about 290 instructions): the speed-up the machine gives two threads whose work is bound by
-/// how fast a core retires instructions, as a keyed check of a thousand held keys is, where
+/// Work that shares nothing and runs many instructions per cycle: `rounds` rounds of four
+/// independent chains of single-cycle operations, each chain a different mix so that they
+/// are not vectorised, about 12 instructions a round (24 rounds, about 290 instructions,
+/// take about a keyed check's time; 8 rounds, 101 instructions by callgrind, are what a
+/// keyed admission of a thousand held keys runs beyond the inline store's floor, 250
+/// against 143). Bound by how fast a core retires instructions, as such a check is, where
 /// [`unshared_work`]'s chain of dependent multiplications is bound by their latency.
-pub fn unshared_wide_work(i: u64) -> u64 {
+#[inline(always)]
+pub fn unshared_wide_work(i: u64, rounds: u64) -> u64 {
     let (mut a, mut b, mut c, mut d) = (i, i ^ 0x5555, i.wrapping_add(7), !i);
-    for r in 0..24u64 {
+    for r in 0..rounds {
         a = a.wrapping_add(r ^ 0x1234).rotate_left(3);
         b = (b ^ r).wrapping_sub(0x5678).rotate_right(5);
         c = c.wrapping_add(c << 7) ^ r;
