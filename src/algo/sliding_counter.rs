@@ -314,7 +314,7 @@ impl CounterRule {
     /// The decision for `n` admitted at offset `r` when the window counts `used` as in use
     /// (`used + n ≤ L`): the window is clear `N + 1` bucket ends from now.
     #[inline]
-    pub(crate) fn admitted(&self, used: u64, r: u64, n: u64) -> Decision {
+    fn admitted(&self, used: u64, r: u64, n: u64) -> Decision {
         let l = self.limit;
         Decision::allowed(l, l - used - n, self.span.saturating_sub(r))
     }
@@ -338,6 +338,36 @@ impl CounterRule {
             Kind::Strict => all,
         };
         (used + n <= self.limit).then(|| self.admitted(used, r, n))
+    }
+
+    /// [`CounterRule::judge_fast`] and, when it declines, [`CounterRule::judge_denied_fast`],
+    /// for a fast path that has all three tails at hand (the line ring's), an admission
+    /// charged by `charge` (`false` if the charge failed): the decision, or `None` for the
+    /// general path (a failed charge included). Strict, every quota's mode unless it asks for
+    /// another, is judged on a branch of its own, its admission's decision made after the
+    /// charge: through the two judgements in turn its denial dispatched on the kind twice (a
+    /// jump table, then a branch) and compared `all + n` with the limit twice, 19 of a keyed
+    /// denial's 310 instructions and 8 of an admission's 258 (callgrind).
+    #[inline(always)]
+    pub(crate) fn judge_fast_and_charge(
+        &self,
+        all: u64,
+        r: u64,
+        (rest, current): (impl Tail, impl Tail),
+        n: u64,
+        charge: impl FnOnce() -> bool,
+    ) -> Option<Decision> {
+        if self.kind == Kind::Strict {
+            return if all + n <= self.limit {
+                charge().then(|| self.admitted(all, r, n))
+            } else {
+                self.strict_denied_fast(all, r, rest, current, n)
+            };
+        }
+        match self.judge_fast(all, r, rest, n) {
+            Some(decision) => charge().then_some(decision),
+            None => self.judge_denied_fast(all, r, rest, current, n),
+        }
     }
 
     /// The offset into a bucket from which a leaving bucket's share of `oldest` units,

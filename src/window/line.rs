@@ -379,10 +379,10 @@ impl<'a> Line<'a> {
     }
 
     /// The common check on the fewest loads: the reading falls in bucket `front`, no flag is
-    /// set, and the snapshots it needs belong to the window of `front`. An admission is
-    /// judged by [`CounterRule::judge_fast`] (Strict's by its limit alone) and charged by CAS
-    /// from the word loaded; a denial by [`CounterRule::judge_denied_fast`] (Strict's by
-    /// [`CounterRule::strict_denied_fast`]: `tail(1)` and `tail(N)`, the ring's fast denial). `None`, having written nothing, for anything else (or a lost CAS): the
+    /// set, and the snapshots it needs belong to the window of `front`. Judged by
+    /// [`CounterRule::judge_fast_and_charge`]: an admission is charged by CAS from the word
+    /// loaded; a denial (`tail(1)` and `tail(N)`, the ring's fast denial) is returned as
+    /// judged. `None`, having written nothing, for anything else (or a lost CAS): the
     /// caller goes on with the general loop. Every reading it judges is one
     /// [`Line::read`] could make: the same word, the same slots, the same checks of their
     /// tags and of snapshots past the count.
@@ -419,22 +419,7 @@ impl<'a> Line<'a> {
         let all = tail(oldest, i).load()?;
         let next = tail(oldest + 1, if i == last { 0 } else { i + 1 });
         let current = tail(front, if i == 0 { last } else { i - 1 });
-        // Strict, every quota's mode unless it asks for another, is judged here on its own
-        // branch: through `judge_fast` and then `judge_denied_fast` its denial dispatched on
-        // the rule's kind twice (a jump table, then a branch) and compared `all + n` with the
-        // limit twice, 19 of a keyed denial's 310 instructions and 8 of an admission's 258.
-        if rule.is_strict() {
-            return if all + n <= rule.limit {
-                self.try_charge(word, n)
-                    .then(|| rule.admitted(all, offset, n))
-            } else {
-                rule.strict_denied_fast(all, offset, next, current, n)
-            };
-        }
-        match rule.judge_fast(all, offset, next, n) {
-            Some(decision) => self.try_charge(word, n).then_some(decision),
-            None => rule.judge_denied_fast(all, offset, next, current, n),
-        }
+        rule.judge_fast_and_charge(all, offset, (next, current), n, || self.try_charge(word, n))
     }
 
     /// Charges `cost` if the word is still `seen` (the word a judgement was made on).
