@@ -89,9 +89,12 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
 const LIMIT: u64 = 1 << 21;
 
 /// `limit` per hour in 10 buckets.
+fn quota(limit: u64) -> Quota {
+    Quota::new(limit, Duration::from_secs(3600)).expect("a valid quota")
+}
+
 fn slidegate(limit: u64) -> KeyedLimiter<u64> {
-    let quota = Quota::new(limit, Duration::from_secs(3600)).expect("a valid quota");
-    KeyedLimiter::new(quota)
+    KeyedLimiter::new(quota(limit))
 }
 
 fn governor_quota(limit: u32) -> governor::Quota {
@@ -194,8 +197,7 @@ fn coarse_clock(c: &mut Criterion) {
         });
     } // Its upkeep thread stops here.
     let clock = CoarseClock::new(interval).expect("governor's upkeep thread has stopped");
-    let quota = Quota::new(LIMIT, Duration::from_secs(3600)).expect("a valid quota");
-    let ours = KeyedLimiter::<u64, _>::with_clock(quota, clock);
+    let ours = KeyedLimiter::<u64, _>::with_clock(quota(LIMIT), clock);
     for key in 0..keys {
         assert!(ours.check(&key).is_allowed());
     }
@@ -314,8 +316,7 @@ fn contended(c: &mut Criterion) {
     // `keyed_coarse_clock` group's has stopped): one reading of the TSC fewer per check.
     {
         let clock = CoarseClock::new(Duration::from_millis(1)).expect("no upkeep thread runs");
-        let quota = Quota::new(LIMIT, Duration::from_secs(3600)).expect("a valid quota");
-        let coarse = KeyedLimiter::<u64, _>::with_clock(quota, clock);
+        let coarse = KeyedLimiter::<u64, _>::with_clock(quota(LIMIT), clock);
         for k in 0..2 * keys {
             assert!(coarse.check(&k).is_allowed());
         }
@@ -356,12 +357,10 @@ fn contended(c: &mut Criterion) {
     // thread writes; the same keys at load 1/32, where a probe rarely passes another key's
     // slot; and each thread's keys in a table of its own, where no slot is shared.
     let one_table = InlineFloor::new(2 * keys, LIMIT);
-    let sparse =
-        InlineFloor::with_capacity(2 * keys, LIMIT, (64 * keys as usize).next_power_of_two());
+    let sparse = InlineFloor::at_load(2 * keys, LIMIT, 32);
     // At slidegate's load for 2000 keys (1/8), alone and with the instructions slidegate's
     // admission runs beyond the floor's added as work that shares nothing.
-    let eighth =
-        InlineFloor::with_capacity(2 * keys, LIMIT, (16 * keys as usize).next_power_of_two());
+    let eighth = InlineFloor::at_load(2 * keys, LIMIT, 8);
     disjoint_and_one_thread(&mut group, "inline_floor_eighth", &|t, i| {
         black_box(eighth.check::<true, true>(key(t, i)).map(|d| d.remaining));
     });

@@ -129,11 +129,7 @@ fn main() {
         assert!(separate[(k / KEYS) as usize].check(&k).is_allowed());
         assert!(inline.check(&k).is_allowed());
     }
-    let floor = |load: u64| {
-        let capacity = ((2 * KEYS * load) as usize).next_power_of_two();
-        InlineFloor::with_capacity(2 * KEYS, 1 << 21, capacity)
-    };
-    let (sparse, eighth) = (floor(32), floor(8));
+    let [sparse, eighth] = [32, 8].map(|load| InlineFloor::at_load(2 * KEYS, 1 << 21, load));
     let cases: Vec<(&str, Check<'_>)> = vec![
         (
             "compute",

@@ -54,12 +54,14 @@ pub struct InlineFloor {
 impl InlineFloor {
     /// A table holding keys `0..keys` of `limit` per hour, each charged once.
     pub fn new(keys: u64, limit: u64) -> InlineFloor {
-        InlineFloor::with_capacity(keys, limit, (keys as usize * 2).next_power_of_two())
+        InlineFloor::at_load(keys, limit, 2)
     }
 
-    /// The same in a table of `capacity` slots (a power of two, at least twice `keys`).
-    pub fn with_capacity(keys: u64, limit: u64, capacity: usize) -> InlineFloor {
-        assert!(capacity.is_power_of_two() && capacity >= 2 * keys as usize);
+    /// The same in a table of `load` times the keys' slots (at least 2), rounded up to a
+    /// power of two: at load `1/load` or below.
+    pub fn at_load(keys: u64, limit: u64, load: u64) -> InlineFloor {
+        assert!(load >= 2);
+        let capacity = (keys * load).next_power_of_two() as usize;
         let granularity = 3_600_000_000_000 / N;
         let clock = QuantaClock::new();
         let floor = InlineFloor {
