@@ -24,8 +24,8 @@
 //!   threads' speed-up is `2 × one_thread / disjoint`; `baseline/{one_thread, disjoint}` does
 //!   the same with work that shares nothing, the speed-up the machine itself gives;
 //!   `baseline_wide/…` with work that shares nothing and retires many instructions per
-//!   cycle (four independent chains), as a keyed check does, where `baseline`'s is a chain of
-//!   dependent multiplications; `slidegate_coarse_clock/…` runs slidegate's checks on a
+//!   cycle (four independent chains), where `baseline`'s is a chain of dependent
+//!   multiplications; `slidegate_coarse_clock/…` runs slidegate's checks on a
 //!   `CoarseClock` (no TSC reading per check); `inline_floor_eighth/…` is the inline floor
 //!   (below) at slidegate's load for these keys, 1/8, and `inline_floor_eighth_padded/…` the
 //!   same with `unshared_wide_work`'s 101 instructions after each check, the instructions

@@ -32,8 +32,8 @@ pub fn unshared_work(i: u64) -> u64 {
 /// are not vectorised, about 12 instructions a round (24 rounds, about 290 instructions,
 /// take about a keyed check's time; 8 rounds, 101 instructions by callgrind, are what a
 /// keyed admission of a thousand held keys runs beyond the inline store's floor, 250
-/// against 143). Bound by how fast a core retires instructions, as such a check is, where
-/// [`unshared_work`]'s chain of dependent multiplications is bound by their latency.
+/// against 143). Bound by how fast a core retires instructions, where [`unshared_work`]'s
+/// chain of dependent multiplications is bound by their latency.
 #[inline(always)]
 pub fn unshared_wide_work(i: u64, rounds: u64) -> u64 {
     let (mut a, mut b, mut c, mut d) = (i, i ^ 0x5555, i.wrapping_add(7), !i);
