@@ -78,47 +78,92 @@ proptest! {
 
     #[test]
     fn every_algorithm_equals_its_reference_model((quota, ops) in case()) {
-        let clock = ManualClock::new();
-        let limiter = SlidingWindow::with_clock(quota, clock.clone());
-        let keyed = KeyedLimiter::<u8, _>::with_clock(quota, clock.clone());
-        let mut model = Model::new(quota);
-        let mut t = 0u64;
-        for (step, op) in ops {
-            t += step;
-            clock.set(Duration::from_nanos(t));
-            match op {
-                Op::Check(n) => {
-                    let before = model.clone();
-                    let d = limiter.check_n(n).unwrap();
-                    prop_assert_eq!(keyed.check_n(&1u8, n).unwrap(), d, "keyed check_n({}) at t={}", n, t);
-                    let (allowed, remaining) = model.check(t, n);
-                    prop_assert_eq!(d.is_allowed(), allowed, "check_n({}) at t={}", n, t);
-                    prop_assert_eq!(d.remaining(), remaining, "remaining after check_n({}) at t={}", n, t);
-                    prop_assert_eq!(d.limit(), quota.limit());
-                    if allowed {
-                        prop_assert_eq!(d.retry_after(), None);
-                    } else {
-                        assert_retry_is_tight(&before, t, n, &d);
-                    }
-                    assert_reset_is_tight(&model, t, &d);
+        equals_the_model(quota, ops)?;
+    }
+}
+
+/// The case proptest shrank the Weighted mode's model test to when it was
+/// `tests/sliding_window_model.rs` (since folded into this file): checks of one unit at
+/// t = 1, 3 and 3 under a limit of one in a window of one 2 ns bucket, where the oldest
+/// bucket's weight is interpolated at an odd time.
+#[test]
+fn weighted_single_bucket_at_odd_times() {
+    let quota = Quota::new(1, Duration::from_nanos(2))
+        .unwrap()
+        .with_granularity(Duration::from_nanos(2))
+        .unwrap()
+        .with_mode(slidegate::Mode::Weighted);
+    let ops = vec![(1, Op::Check(1)), (2, Op::Check(1)), (0, Op::Check(1))];
+    equals_the_model(quota, ops).unwrap();
+}
+
+/// Runs `ops` (each after advancing the clock by its step) on a direct and a keyed limiter
+/// and the reference model, and fails on the first decision they do not share.
+fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    let limiter = SlidingWindow::with_clock(quota, clock.clone());
+    let keyed = KeyedLimiter::<u8, _>::with_clock(quota, clock.clone());
+    let mut model = Model::new(quota);
+    let mut t = 0u64;
+    for (step, op) in ops {
+        t += step;
+        clock.set(Duration::from_nanos(t));
+        match op {
+            Op::Check(n) => {
+                let before = model.clone();
+                let d = limiter.check_n(n).unwrap();
+                prop_assert_eq!(
+                    keyed.check_n(&1u8, n).unwrap(),
+                    d,
+                    "keyed check_n({}) at t={}",
+                    n,
+                    t
+                );
+                let (allowed, remaining) = model.check(t, n);
+                prop_assert_eq!(d.is_allowed(), allowed, "check_n({}) at t={}", n, t);
+                prop_assert_eq!(
+                    d.remaining(),
+                    remaining,
+                    "remaining after check_n({}) at t={}",
+                    n,
+                    t
+                );
+                prop_assert_eq!(d.limit(), quota.limit());
+                if allowed {
+                    prop_assert_eq!(d.retry_after(), None);
+                } else {
+                    assert_retry_is_tight(&before, t, n, &d);
                 }
-                Op::Peek => {
-                    let d = limiter.peek();
-                    prop_assert_eq!(keyed.peek(&1u8), d, "keyed peek at t={}", t);
-                    prop_assert_eq!(d.is_allowed(), model.admits(t, 1));
-                    prop_assert_eq!(d.remaining(), model.remaining(t), "peek at t={}", t);
-                    if !d.is_allowed() {
-                        assert_retry_is_tight(&model, t, 1, &d);
-                    }
-                    assert_reset_is_tight(&model, t, &d);
+                assert_reset_is_tight(&model, t, &d);
+            }
+            Op::Peek => {
+                let d = limiter.peek();
+                prop_assert_eq!(keyed.peek(&1u8), d, "keyed peek at t={}", t);
+                prop_assert_eq!(d.is_allowed(), model.admits(t, 1));
+                prop_assert_eq!(d.remaining(), model.remaining(t), "peek at t={}", t);
+                if !d.is_allowed() {
+                    assert_retry_is_tight(&model, t, 1, &d);
                 }
-                Op::Refund(n) => {
-                    let freed = limiter.refund(n);
-                    prop_assert_eq!(keyed.refund(&1u8, n), freed, "keyed refund({}) at t={}", n, t);
-                    prop_assert_eq!(freed, model.refund(t, n), "refund({}) at t={}", n, t);
-                    prop_assert_eq!(limiter.peek().remaining(), model.remaining(t), "after refund at t={}", t);
-                }
+                assert_reset_is_tight(&model, t, &d);
+            }
+            Op::Refund(n) => {
+                let freed = limiter.refund(n);
+                prop_assert_eq!(
+                    keyed.refund(&1u8, n),
+                    freed,
+                    "keyed refund({}) at t={}",
+                    n,
+                    t
+                );
+                prop_assert_eq!(freed, model.refund(t, n), "refund({}) at t={}", n, t);
+                prop_assert_eq!(
+                    limiter.peek().remaining(),
+                    model.remaining(t),
+                    "after refund at t={}",
+                    t
+                );
             }
         }
     }
+    Ok(())
 }

@@ -194,6 +194,26 @@ proptest! {
     }
 }
 
+/// The cases proptest shrank `equals_the_sequential_model` to while the log's model test
+/// lived in `window/log.rs`, kept as named tests now that the test has moved: a second
+/// check at the same instant under a limit of one, and peeks between checks that fill the
+/// limit exactly.
+#[test]
+fn regressions_of_the_model_test() {
+    run(1, 1, 0, &[(0, Step::Check(1)), (0, Step::Check(1))]);
+    run(
+        3,
+        1,
+        0,
+        &[
+            (0, Step::Check(1)),
+            (1, Step::Peek(1)),
+            (0, Step::Check(2)),
+            (0, Step::Peek(1)),
+        ],
+    );
+}
+
 fn check(log: &Log, limit: u64, window: u64, t: u64, n: u64) -> Decision {
     log.check(&LogRule::new(limit, window), || t, n, Op::Charge)
         .expect("live")
