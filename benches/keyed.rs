@@ -55,16 +55,12 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 mod common;
-#[path = "common/inline.rs"]
-mod inline;
-#[path = "common/scaling.rs"]
-mod scaling;
 
+use common::inline::{Decided, InlineFloor, InlineInserts};
+use common::scaling::{MemoryWork, one_thread, unshared_wide_work, unshared_work};
 use common::{scattered, two_threads};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use inline::{Decided, InlineFloor, InlineInserts};
-use scaling::{MemoryWork, one_thread, unshared_wide_work, unshared_work};
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 

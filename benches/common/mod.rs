@@ -1,4 +1,12 @@
-//! What the benches share: two-thread timing and a scattered key order.
+//! What the benches share: two-thread timing, a scattered key order, the inline store's
+//! floor (`inline`), one thread's timing and the baselines of the scaling cases (`scaling`),
+//! and the arguments of the benches that are programs.
+
+// Each bench uses a part of what is here.
+#![allow(dead_code)]
+
+pub mod inline;
+pub mod scaling;
 
 use std::sync::Barrier;
 use std::thread;
@@ -28,4 +36,10 @@ pub fn two_threads(iters: u64, check: &(dyn Fn(u64, u64) + Sync)) -> Duration {
         let _ = other.join();
         start.elapsed()
     })
+}
+
+/// The program's arguments, without the `--bench` that `cargo bench` passes to a bench
+/// whose harness is its own `main`.
+pub fn args() -> impl Iterator<Item = String> {
+    std::env::args().filter(|a| a != "--bench")
 }

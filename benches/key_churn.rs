@@ -8,11 +8,13 @@
 //! writes them as CSV and plots them as SVG (`docs/key_churn.svg`):
 //!
 //! ```sh
-//! cargo run --release --example key_churn -- docs/key_churn   # writes .csv and .svg
+//! cargo bench --bench key_churn -- docs/key_churn   # writes .csv and .svg
 //! ```
 //!
 //! It fails (exit status 1) if the live keys ever exceed the bound, or if resident memory
 //! after the bound was first reached grows by more than half of what it was then.
+
+mod common;
 
 use std::net::Ipv6Addr;
 use std::sync::Arc;
@@ -49,9 +51,7 @@ struct Sample {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "key_churn".into());
+    let out = common::args().nth(1).unwrap_or_else(|| "key_churn".into());
     let quota = Quota::new(10, Duration::from_secs(60))?;
     let limiter = Arc::new(
         KeyedLimiter::<Ipv6Addr>::builder(quota)

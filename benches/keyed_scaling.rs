@@ -39,8 +39,8 @@
 //! kernel's real-time budget (950 ms a second):
 //!
 //! ```sh
-//! cargo build --release --example keyed_scaling
-//! flock /tmp/slidegate-bench.lock chrt -f 50 target/release/examples/keyed_scaling [case ...]
+//! cargo bench --no-run --bench keyed_scaling
+//! flock /tmp/slidegate-bench.lock chrt -f 50 cargo bench --bench keyed_scaling -- [case ...]
 //! ```
 
 use std::hint::black_box;
@@ -53,18 +53,11 @@ use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
 // The benchmark's two-thread timing, key order and baselines, as `benches/keyed.rs` has
 // them; the denial's `read` is the benchmark's alone.
-#[path = "../benches/common/mod.rs"]
 mod common;
-#[allow(dead_code)]
-#[path = "../benches/common/inline.rs"]
-mod inline;
-#[allow(dead_code)]
-#[path = "../benches/common/scaling.rs"]
-mod scaling;
 
-use common::{scattered, two_threads};
-use inline::InlineFloor;
-use scaling::{MemoryWork, one_thread, unshared_wide_work, unshared_work};
+use common::inline::InlineFloor;
+use common::scaling::{MemoryWork, one_thread, unshared_wide_work, unshared_work};
+use common::{args, scattered, two_threads};
 
 /// Keys per thread.
 const KEYS: u64 = 1000;
@@ -234,7 +227,7 @@ fn main() {
             }),
         ),
     ];
-    let chosen: Vec<String> = std::env::args().skip(1).collect();
+    let chosen: Vec<String> = args().skip(1).collect();
     println!("case                 one (median, fastest)  pair (median, fastest)  speed-up");
     for (name, check) in &cases {
         if !chosen.is_empty() && !chosen.iter().any(|c| c == name) {

@@ -7,8 +7,10 @@
 //! 2. Bytes per key: the resident-memory delta of 1 million live keys, for N = 1, 10, 60.
 //!
 //! ```sh
-//! cargo run --release --example keyed_memory
+//! cargo bench --bench keyed_memory
 //! ```
+
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -104,7 +106,7 @@ fn bytes_per_key(buckets: u64) -> Result<(), slidegate::ConfigError> {
 /// Each measurement runs in a fresh process (this program, re-run with an argument), so no
 /// allocator state carries over from one to the next.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    match std::env::args().nth(1).as_deref() {
+    match common::args().nth(1).as_deref() {
         Some("churn") => churn()?,
         Some(n) => bytes_per_key(n.parse()?)?,
         None => {

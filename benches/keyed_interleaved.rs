@@ -8,9 +8,9 @@
 //! virtual machine's CPUs can differ:
 //!
 //! ```text
-//! cargo build --release --example keyed_interleaved
-//! taskset -c 0 target/release/examples/keyed_interleaved 1000 2097152   # allowed
-//! taskset -c 0 target/release/examples/keyed_interleaved 1000 1         # denied
+//! cargo bench --no-run --bench keyed_interleaved
+//! taskset -c 0 cargo bench --bench keyed_interleaved -- 1000 2097152   # allowed
+//! taskset -c 0 cargo bench --bench keyed_interleaved -- 1000 1         # denied
 //! ```
 //!
 //! The arguments: keys held (each checked once beforehand; default 1000), the limit an hour
@@ -23,10 +23,8 @@ use std::time::{Duration, Instant};
 
 use slidegate::{KeyedLimiter, Quota};
 
-#[path = "../benches/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
-use common::scattered;
+use common::{args, scattered};
 
 type Governor = governor::RateLimiter<
     u64,
@@ -42,7 +40,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 /// The `n`-th argument, or `default`.
 fn arg(n: usize, default: u64) -> Result<u64, String> {
-    std::env::args().nth(n).map_or(Ok(default), |a| {
+    args().nth(n).map_or(Ok(default), |a| {
         a.parse().map_err(|e| format!("argument {n} ({a:?}): {e}"))
     })
 }

@@ -19,7 +19,7 @@
 //! hasher run three times, alternating, and the medians are printed.
 //!
 //! ```sh
-//! flock /tmp/slidegate-bench.lock cargo run --release --example hashdos
+//! flock /tmp/slidegate-bench.lock cargo bench --bench hashdos
 //! ```
 
 use std::hash::{BuildHasher, Hasher};
