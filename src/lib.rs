@@ -64,6 +64,23 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! The request lifecycle on a [`clock::ManualClock`], as a test of your own code runs it: a
+//! refund after a failed upstream call, and a `wait` that advances the simulated clock.
+//!
+//! ```
+//! use slidegate::{clock::{Clock, ManualClock}, Quota, SlidingWindow};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let limiter = SlidingWindow::with_clock(Quota::new(2, Duration::from_secs(1))?, clock.clone());
+//! assert!(limiter.check_n(2)?.is_allowed());
+//! assert_eq!(limiter.refund(1), 1); // the upstream call failed
+//! assert!(limiter.check().is_allowed());
+//! assert!(limiter.wait(1)?.is_allowed()); // blocks, in simulated time, until admitted
+//! assert_eq!(clock.now().as_u64(), 1_100_000_000);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Guarantees
 //! Under any interleaving of threads, Strict never admits more than `limit` in any interval
 //! of length `window`, and the exact log never more than the definition allows; every
