@@ -64,9 +64,9 @@ use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
 use slidegate::clock::{Clock, CoarseClock, QuantaClock};
 use slidegate::{KeyedLimiter, MAX_LIMIT, Quota};
 
-type Governor<S> = governor::RateLimiter<
-    u64,
-    governor::state::keyed::DashMapStateStore<u64, S>,
+type Governor<S, K = u64> = governor::RateLimiter<
+    K,
+    governor::state::keyed::DashMapStateStore<K, S>,
     governor::clock::DefaultClock,
     governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
 >;
@@ -157,6 +157,49 @@ fn allowed(c: &mut Criterion) {
     for keys in [1_000, 1_000_000] {
         held_keys(&mut group, keys, LIMIT, u32::MAX, true);
     }
+    group.finish();
+}
+
+/// `String` keys (`user:<n>`), which live in the general store: `keys` held in each peer
+/// (limits `ours` / `theirs`, each checked once), then one check of a scattered held key per
+/// peer, both given a reference to a key made beforehand, so that neither allocates.
+fn held_string_keys(group: &mut BenchmarkGroup<'_, WallTime>, keys: u64, ours: u64, theirs: u32) {
+    let names: Vec<String> = (0..keys).map(|k| format!("user:{k}")).collect();
+    let ours = KeyedLimiter::<String>::new(quota(ours));
+    let hashed: Governor<ahash::RandomState, String> =
+        governor::RateLimiter::dashmap_with_clock_and_hasher(
+            governor_quota(theirs),
+            governor::clock::DefaultClock::default(),
+            ahash::RandomState::new(),
+        );
+    for name in &names {
+        assert!(ours.check(name.as_str()).is_allowed());
+        assert!(hashed.check_key(name).is_ok());
+    }
+    let mut i = 0u64;
+    let mut next = || {
+        i += 1;
+        &names[scattered(i, keys) as usize]
+    };
+    group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
+        b.iter(|| black_box(ours.check(next().as_str())))
+    });
+    group.bench_function(BenchmarkId::new("governor_ahash", keys), |b| {
+        b.iter(|| black_box(hashed.check_key(next()).is_ok()))
+    });
+}
+
+/// `String` keys: 1000 and a million held keys allowed, 1000 denied (limit 1).
+fn string_keys(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_string_allowed");
+    configure(&mut group);
+    for keys in [1_000, 1_000_000] {
+        held_string_keys(&mut group, keys, LIMIT, u32::MAX);
+    }
+    group.finish();
+    let mut group = c.benchmark_group("keyed_string_denied");
+    configure(&mut group);
+    held_string_keys(&mut group, 1_000, 1, 1);
     group.finish();
 }
 
@@ -476,6 +519,7 @@ fn main() {
     allowed(&mut criterion);
     coarse_clock(&mut criterion);
     denied(&mut criterion);
+    string_keys(&mut criterion);
     new_key(&mut criterion);
     contended(&mut criterion);
     inline_floor(&mut criterion);
