@@ -88,6 +88,7 @@ pub trait Clock: Send + Sync {
     /// default; a [`ManualClock`] advances itself and is ready at once, as its
     /// [`sleep`](Clock::sleep) does.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     fn sleep_async(&self, duration: Duration) -> SleepFuture<'_> {
         Box::pin(tokio::time::sleep(duration))
     }
@@ -95,6 +96,7 @@ pub trait Clock: Send + Sync {
 
 /// The future [`Clock::sleep_async`] returns.
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub type SleepFuture<'a> = core::pin::Pin<Box<dyn core::future::Future<Output = ()> + Send + 'a>>;
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -439,6 +441,7 @@ impl Clock for ManualClock {
 /// # }
 /// ```
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[derive(Clone, Copy, Debug)]
 pub struct TokioClock {
     origin: tokio::time::Instant,
@@ -455,6 +458,7 @@ impl TokioClock {
 }
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Default for TokioClock {
     fn default() -> Self {
         TokioClock::new()

@@ -270,6 +270,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready(&self, n: u64) -> Result<Decision, CostError> {
         self.until_ready_with_jitter(n, Duration::ZERO).await
     }
@@ -291,6 +292,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready_with_jitter(
         &self,
         n: u64,

@@ -47,6 +47,7 @@ impl<L, R: DenialBody> DenialBody for Either<L, R> {
 }
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl DenialBody for axum::body::Body {
     fn from_bytes(bytes: Bytes) -> Self {
         axum::body::Body::from(bytes)
@@ -54,6 +55,7 @@ impl DenialBody for axum::body::Body {
 }
 
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl DenialBody for tonic::body::Body {
     fn from_bytes(bytes: Bytes) -> Self {
         tonic::body::Body::new(Full::new(bytes))

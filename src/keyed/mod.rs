@@ -363,6 +363,7 @@ where
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q> + From<Q::Owned>,
@@ -388,6 +389,7 @@ where
     /// # }
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready_with_jitter<Q>(
         &self,
         key: &Q,
