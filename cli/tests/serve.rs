@@ -6,10 +6,7 @@
 #[path = "../src/serve/proto/mod.rs"]
 #[allow(clippy::all)]
 mod proto;
-// The library's Redis harness, written for its 1.85 MSRV (no let chains).
-#[path = "../../tests/redis_server/mod.rs"]
-#[allow(clippy::collapsible_if)]
-mod redis_server;
+use slidegate_testkit::redis_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

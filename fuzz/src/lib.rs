@@ -21,9 +21,8 @@ use trace_reader as trace;
 #[path = "../../cli/src/serve/rules/mod.rs"]
 mod rules;
 
-// The reference model of `tests/common/mod.rs`.
-#[path = "../../tests/common/mod.rs"]
-mod model;
+// The reference model the property tests use.
+use slidegate_testkit::model;
 
 pub mod differential;
 

@@ -1,15 +1,34 @@
 //! Real `redis-server` processes for the Redis tests: single servers and Clusters, each on
 //! free loopback ports in a temporary directory, stopped (and the directory removed) on drop.
+//!
+//! Written for the library's 1.85 MSRV (no let chains).
 
-#![allow(dead_code)]
-
+use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a test has already said how to install `redis-server`: the first one that finds it
+/// missing says so, every later one only that it is missing, so a run without it ends in one
+/// instruction rather than one per test.
+static MISSING_TOLD: AtomicBool = AtomicBool::new(false);
+
+/// Fails the calling test because `redis-server` is not on `PATH`, with one line and no panic
+/// message or backtrace note (the panic hook is not run).
+fn redis_server_missing() -> ! {
+    if MISSING_TOLD.swap(true, Ordering::Relaxed) {
+        eprintln!("redis-server is missing");
+    } else {
+        eprintln!(
+            "redis-server not found: run bash .ci/setup (installs redis-server and faketime)"
+        );
+    }
+    std::panic::resume_unwind(Box::new("redis-server is missing"))
+}
 
 /// The runtime the Redis tests run their clients on: two workers, as the machine has.
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -40,6 +59,7 @@ fn temp_dir() -> PathBuf {
 
 /// One `redis-server`.
 pub struct Server {
+    /// The loopback port it listens on.
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
@@ -85,13 +105,17 @@ impl Server {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let child = match Command::new("redis-server")
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server runs (install it: apt-get install -y redis-server)");
+        {
+            Ok(child) => child,
+            Err(e) if e.kind() == ErrorKind::NotFound => redis_server_missing(),
+            Err(e) => panic!("cannot start redis-server: {e}"),
+        };
         self.child = Some(child);
         self.wait_ready();
     }
@@ -109,6 +133,7 @@ impl Server {
         panic!("redis-server on port {} did not start", self.port);
     }
 
+    /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -177,10 +202,12 @@ impl Drop for Server {
 
 /// A Redis Cluster of `masters` masters with `replicas` replicas each.
 pub struct Cluster {
+    /// Every node, masters and replicas, in the order `redis-cli --cluster create` got them.
     pub nodes: Vec<Server>,
 }
 
 impl Cluster {
+    /// Starts the nodes, creates the cluster and waits until it is ok and replicas have synced.
     pub fn start(masters: usize, replicas: usize) -> Cluster {
         let nodes: Vec<Server> = (0..masters * (1 + replicas))
             .map(|_| {
@@ -244,6 +271,7 @@ impl Cluster {
         panic!("the cluster did not reach cluster_state:ok");
     }
 
+    /// Every node's URL.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
     }
@@ -268,6 +296,7 @@ impl Cluster {
         self.master_of_slot(slot)
     }
 
+    /// The node that is master for `slot`, waiting up to 10 s for one to claim it.
     pub fn master_of_slot(&self, slot: u16) -> usize {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {

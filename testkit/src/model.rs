@@ -6,8 +6,6 @@
 //! with marks), the exact log keeps every admitted unit's time, GCRA its theoretical arrival
 //! time. It is deliberately slow and obvious.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, VecDeque};
 
 use slidegate::{Decision, Mode, Quota};
@@ -51,6 +49,7 @@ pub struct Model {
 }
 
 impl Model {
+    /// The model of `quota`, empty.
     pub fn new(quota: Quota) -> Model {
         Model {
             limit: quota.limit(),
