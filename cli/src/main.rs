@@ -13,12 +13,10 @@
 //! ```
 
 mod chart;
-mod duration;
 mod generate;
 mod redis;
 mod report;
 mod run;
-mod serve;
 mod simulate;
 mod trace;
 
@@ -29,9 +27,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::duration::parse_duration;
 use crate::generate::Scenario;
 use crate::simulate::simulate;
+use slidegate_serve::duration::parse_duration;
 
 /// slidegate's command-line tool: see what each rate-limiting algorithm admits on your traffic.
 ///
@@ -54,7 +52,7 @@ enum Command {
     Simulate(Simulate),
     /// Serve rate-limit decisions over HTTP/JSON and Envoy's rate limit gRPC API, from a
     /// rules file reloaded when it changes (docs/serve.md).
-    Serve(serve::Serve),
+    Serve(slidegate_serve::Args),
 }
 
 /// The options of `slidegate simulate`.
@@ -196,7 +194,7 @@ fn main() -> ExitCode {
     // A bare `slidegate` is `slidegate simulate`.
     let result = match cli.command {
         Some(Command::Simulate(args)) => simulate(&args, &mut out),
-        Some(Command::Serve(args)) => serve::run(&args).map_err(Failure::other),
+        Some(Command::Serve(args)) => slidegate_serve::run(&args).map_err(Failure::other),
         None => simulate(&cli.simulate, &mut out),
     };
     match result {

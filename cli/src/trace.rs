@@ -24,6 +24,9 @@ use std::fmt;
 use std::io::{self, BufRead};
 
 use slidegate::CostError;
+// The largest timestamp is the largest duration, and both read as exact decimals.
+pub use slidegate_serve::duration::{MAX_NANOS, Seconds};
+use slidegate_serve::duration::{NumberError, parse_decimal};
 
 /// One request: when, whose, how much.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,101 +177,10 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Why a decimal number of seconds did not parse.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NumberError {
-    Empty,
-    NotDecimal,
-    TooPrecise,
-    TooLarge,
-}
-
-impl fmt::Display for NumberError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NumberError::Empty => f.write_str("is empty"),
-            NumberError::NotDecimal => f.write_str(
-                "is not a number of seconds (digits, optionally a point and more digits)",
-            ),
-            NumberError::TooPrecise => {
-                f.write_str("has more than 9 digits after the point (nanoseconds)")
-            }
-            NumberError::TooLarge => write!(f, "is too large (at most {} s)", Seconds(MAX_NANOS)),
-        }
-    }
-}
-
-/// Nanoseconds shown as seconds with as many decimals as needed, exactly.
-pub struct Seconds(pub u64);
-
-impl fmt::Display for Seconds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (s, ns) = (self.0 / 1_000_000_000, self.0 % 1_000_000_000);
-        if ns == 0 {
-            write!(f, "{s}")
-        } else {
-            let frac = format!("{ns:09}");
-            write!(f, "{s}.{}", frac.trim_end_matches('0'))
-        }
-    }
-}
-
-/// The largest timestamp accepted: 2⁶² − 1 ns (about 146 years), the range every algorithm
-/// stores exactly.
-pub const MAX_NANOS: u64 = (1 << 62) - 1;
-
 /// The longest a trace may last from its first request to its last: 2⁶¹ − 2 ns (about 73
 /// years), the range the exact log distinguishes (later readings of its clock count as that
 /// one, so its answers past it would be wrong).
 pub const MAX_SPAN: u64 = (1 << 61) - 2;
-
-/// Parses `digits[.digits]` times `unit` nanoseconds exactly; the fraction may have at most
-/// as many digits as `unit` has zeros (9 for seconds).
-pub fn parse_decimal(text: &str, unit: u64) -> Result<u64, NumberError> {
-    if text.is_empty() {
-        return Err(NumberError::Empty);
-    }
-    let (whole, frac) = match text.split_once('.') {
-        Some((w, f)) => (w, Some(f)),
-        None => (text, None),
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let ok = match frac {
-        None => digits(whole),
-        // "5.", ".5" and "5.5" are numbers; "." is not.
-        Some(f) => (digits(whole) || whole.is_empty()) && (digits(f) || f.is_empty()),
-    } && text != ".";
-    if !ok {
-        return Err(NumberError::NotDecimal);
-    }
-    let mut places = 0u32;
-    let mut u = unit;
-    while u.is_multiple_of(10) && u > 1 {
-        u /= 10;
-        places += 1;
-    }
-    let frac = frac.unwrap_or("");
-    if frac.len() as u32 > places {
-        return Err(NumberError::TooPrecise);
-    }
-    let whole_value = if whole.is_empty() {
-        0
-    } else {
-        whole.parse::<u64>().map_err(|_| NumberError::TooLarge)?
-    };
-    let frac_value = if frac.is_empty() {
-        0
-    } else {
-        // At most `places` ≤ 19 digits after the check above; unit/10^len fits.
-        frac.parse::<u64>().map_err(|_| NumberError::TooLarge)?
-            * (unit / 10u64.pow(frac.len() as u32))
-    };
-    whole_value
-        .checked_mul(unit)
-        .and_then(|w| w.checked_add(frac_value))
-        .filter(|&n| n <= MAX_NANOS)
-        .ok_or(NumberError::TooLarge)
-}
 
 /// Reads a trace of requests checked against a quota of `limit`. With `skip_bad_lines`, bad
 /// lines are collected in [`Trace::bad_lines`] instead of failing the read.
@@ -412,48 +324,6 @@ mod tests {
 
     fn read_str(text: &str, limit: u64) -> Result<Trace, String> {
         read(text.as_bytes(), limit, false).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn timestamps_parse_exactly_to_the_nanosecond() {
-        assert_eq!(parse_decimal("12.000000001", S), Ok(12 * S + 1));
-        assert_eq!(parse_decimal("0.1", S), Ok(100_000_000));
-        assert_eq!(parse_decimal("3", S), Ok(3 * S));
-        assert_eq!(parse_decimal("3.", S), Ok(3 * S));
-        assert_eq!(parse_decimal(".5", S), Ok(S / 2));
-        assert_eq!(parse_decimal("0.999999999", S), Ok(S - 1));
-        // 0.1 + 0.2 style rounding cannot happen: digits are integers.
-        assert_eq!(
-            parse_decimal("1700000000.300000007", S),
-            Ok(1_700_000_000 * S + 300_000_007)
-        );
-        assert_eq!(parse_decimal("4611686018.427387903", S), Ok(MAX_NANOS));
-        assert_eq!(
-            parse_decimal("4611686018.427387904", S),
-            Err(NumberError::TooLarge)
-        );
-        assert_eq!(
-            parse_decimal("99999999999999999999999", S),
-            Err(NumberError::TooLarge)
-        );
-        assert_eq!(
-            parse_decimal("1.0000000001", S),
-            Err(NumberError::TooPrecise)
-        );
-        for bad in [
-            ".", "-1", "+1", "1e3", "1.2.3", "abc", " 1", "1,5", "0x10", "1.-5",
-        ] {
-            assert_eq!(parse_decimal(bad, S), Err(NumberError::NotDecimal), "{bad}");
-        }
-        assert_eq!(parse_decimal("", S), Err(NumberError::Empty));
-        // Other units: milliseconds take at most 6 decimals.
-        assert_eq!(parse_decimal("1.5", 1_000_000), Ok(1_500_000));
-        assert_eq!(
-            parse_decimal("1.0000001", 1_000_000),
-            Err(NumberError::TooPrecise)
-        );
-        assert_eq!(parse_decimal("7", 1), Ok(7));
-        assert_eq!(parse_decimal("7.5", 1), Err(NumberError::TooPrecise));
     }
 
     #[test]

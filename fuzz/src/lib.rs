@@ -9,17 +9,11 @@
 #[path = "../../cli/src/trace.rs"]
 mod trace_reader;
 
-#[allow(dead_code)]
-#[path = "../../cli/src/duration.rs"]
-mod duration;
-
 // The command's `trace` module by the name its other modules use.
 use trace_reader as trace;
 
-// The rules readers of `slidegate serve` (`serve::rules` in the command).
-#[allow(dead_code)]
-#[path = "../../cli/src/serve/rules/mod.rs"]
-mod rules;
+// The rules readers of `slidegate serve`.
+use slidegate_serve::rules;
 
 // The reference model the property tests use.
 use slidegate_testkit::model;

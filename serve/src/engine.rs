@@ -68,7 +68,7 @@ pub(crate) enum Backend {
 }
 
 /// What a Redis-backed server answers while Redis cannot decide.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unavailable {
     /// Admit every request.
     Allow,

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates cli/src/serve/proto/*.rs from the .proto files beside this script, with protox
+# Regenerates serve/src/proto/*.rs from the .proto files beside this script, with protox
 # (a protobuf compiler in Rust: no system protoc) and tonic-prost-build. The generated code is
 # checked in, so building slidegate never needs either: run this only after editing a .proto.
 set -euo pipefail
 proto=$(cd "$(dirname "$0")" && pwd)
-out=$proto/../src/serve/proto
+out=$proto/../src/proto
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
 mkdir -p "$gen/src"

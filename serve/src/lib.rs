@@ -5,108 +5,44 @@
 //! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`), reloads the rules file
 //! when it changes, keeps its counts in memory or, with `--redis`, in Redis shared by every
 //! instance, and drains gracefully on SIGTERM/SIGINT. The guide is docs/serve.md.
+//!
+//! The crate is the service as a library ([`run`] on parsed [`Args`]) and the
+//! `slidegate-serve` binary; the `slidegate` command's `serve` subcommand is the same [`Args`]
+//! and [`run`]. The engine decides and knows no wire format; `http` (JSON) and `grpc` (Envoy's
+//! rate limit API) translate.
 
+mod args;
+pub mod duration;
 mod engine;
 mod grpc;
 mod http;
 mod metrics;
-mod proto;
+#[doc(hidden)]
+pub mod proto;
 mod reload;
-mod rules;
+#[doc(hidden)]
+pub mod rules;
+
+pub use args::Args;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::serve::ListenerExt;
-use clap::Args;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 
-use engine::{Backend, Engine, ServeClock, Unavailable};
+use engine::{Backend, Engine, ServeClock};
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use proto::slidegate::serve::v1::noop_server::NoopServer;
 use reload::Reloader;
 
-/// The options of `slidegate serve`.
-#[derive(Debug, Args)]
-#[command(after_help = AFTER_HELP)]
-pub(crate) struct Serve {
-    /// The rules file: TOML (slidegate's format), or `.yaml`/`.yml` in the format of Envoy's
-    /// reference rate limit service. Reloaded when it changes and on SIGHUP.
-    #[arg(long, value_name = "FILE")]
-    rules: PathBuf,
-
-    /// Where the HTTP/JSON API listens (port 0: any free port, printed at start).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    http: SocketAddr,
-
-    /// Where the gRPC API (Envoy's rate limit service) listens.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
-    grpc: SocketAddr,
-
-    /// Keep the counts in Redis (`redis://host:port[/db]`), shared by every server with the
-    /// same rules and --redis-prefix. Several URLs: the nodes of a Redis Cluster.
-    #[arg(long, value_name = "URL")]
-    redis: Vec<String>,
-
-    /// The prefix of every Redis key this server writes (no braces).
-    #[arg(
-        long,
-        value_name = "PREFIX",
-        default_value = "slidegate:",
-        requires = "redis"
-    )]
-    redis_prefix: String,
-
-    /// How long a Redis decision may take before --redis-unavailable decides.
-    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = crate::duration::parse_duration, requires = "redis")]
-    redis_deadline: Duration,
-
-    /// What decides while Redis does not answer: allow, deny, or local (each rule's quota
-    /// counted by this server alone).
-    #[arg(long, value_enum, default_value_t = Unavailable::Local, requires = "redis")]
-    redis_unavailable: Unavailable,
-
-    /// The most keys one rule holds in memory (the least recently active are evicted beyond).
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    max_keys: usize,
-
-    /// The largest HTTP request body accepted, in bytes (larger: 413).
-    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
-    max_body: usize,
-
-    /// After SIGTERM/SIGINT, keep serving this long with /readyz failing and every HTTP
-    /// response closing its connection, so a load balancer moves traffic away first.
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = crate::duration::parse_duration)]
-    drain: Duration,
-
-    /// After the listeners close, how long in-flight requests may take to finish.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse_duration)]
-    shutdown_timeout: Duration,
-
-    /// Worker threads [default: one per core].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    threads: Option<u16>,
-
-    /// Also serve no-op endpoints (POST /v1/noop, gRPC slidegate.serve.v1.Noop) that parse
-    /// a request and decide nothing: the baseline of the load benchmark.
-    #[arg(long)]
-    noop_endpoints: bool,
-}
-
-const AFTER_HELP: &str = "\
-The first line on standard output gives the addresses the APIs listen on:
-  slidegate serve: http=127.0.0.1:8080 grpc=127.0.0.1:8081 rules=rules.toml (3 rules)
-Logs go to standard error (RUST_LOG=debug for more). The API, the rules format and the
-metrics are described in docs/serve.md.";
-
 /// Runs the server until SIGTERM or SIGINT.
-pub(crate) fn run(args: &Serve) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -132,7 +68,7 @@ pub(crate) fn run(args: &Serve) -> Result<(), String> {
     runtime.block_on(serve(args, spec, bytes))
 }
 
-async fn serve(args: &Serve, spec: rules::Spec, bytes: Vec<u8>) -> Result<(), String> {
+async fn serve(args: &Args, spec: rules::Spec, bytes: Vec<u8>) -> Result<(), String> {
     let prometheus = metrics::install()?;
     let backend = match args.redis.as_slice() {
         [] => Backend::Memory {
@@ -151,7 +87,7 @@ async fn serve(args: &Serve, spec: rules::Spec, bytes: Vec<u8>) -> Result<(), St
                 conn,
                 prefix: args.redis_prefix.clone(),
                 deadline: args.redis_deadline,
-                unavailable: args.redis_unavailable,
+                unavailable: args.redis_unavailable.into(),
             }
         }
     };

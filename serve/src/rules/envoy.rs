@@ -397,7 +397,7 @@ fn boolean(node: &MarkedYaml<'_>, field: &str) -> Result<bool, RulesError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::rules::resolve;
+    use crate::rules::resolve;
     use std::time::Duration;
 
     const EXAMPLE: &str = "\

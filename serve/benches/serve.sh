@@ -23,7 +23,7 @@ if [ -z "${SLIDEGATE:-}" ]; then
     cargo build --release -p slidegate-cli --bin slidegate
 fi
 server=${SLIDEGATE:-target/release/slidegate}
-cargo bench -p slidegate-cli --bench serve_load --no-run
+cargo bench -p slidegate-serve --bench serve_load --no-run
 load=$(ls -t target/release/deps/serve_load-* | grep -v '\.d$' | head -1)
 
 work=$(mktemp -d)

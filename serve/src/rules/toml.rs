@@ -231,7 +231,7 @@ fn toml_error(text: &str, path: String, e: &toml::de::Error) -> RulesError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::rules::resolve;
+    use crate::rules::resolve;
     use std::time::Duration;
 
     const EXAMPLE: &str = r#"
@@ -315,7 +315,7 @@ unlimited = true
     /// misspelt is an error that lists every mode's name.
     #[test]
     fn the_example_file_and_the_modes() {
-        let spec = parse(include_str!("../../../../examples/rules.toml")).unwrap();
+        let spec = parse(include_str!("../../examples/rules.toml")).unwrap();
         let per_key = spec.rule("per-key").unwrap();
         assert_eq!(
             spec.rules[per_key].quota.mode(),

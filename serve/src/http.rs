@@ -706,8 +706,8 @@ async fn ready(State(api): State<Arc<Api>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::engine::{Backend, Pairs, ServeClock};
-    use crate::serve::rules::toml;
+    use crate::engine::{Backend, Pairs, ServeClock};
+    use crate::rules::toml;
     use futures_util::FutureExt;
     use slidegate::clock::ManualClock;
 

@@ -21,12 +21,13 @@ use slidegate::{Mode, Quota};
 
 /// A rules file that cannot be used, with the line and field at fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RulesError {
+pub struct RulesError {
     /// 1-based; `None` when no line is at fault (an empty file, an unreadable one).
-    pub(crate) line: Option<usize>,
+    pub line: Option<usize>,
     /// The field's path in the file (`rules.per-user.window`, `descriptors[2].match`).
-    pub(crate) field: String,
-    pub(crate) message: String,
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
 }
 
 impl RulesError {
@@ -180,7 +181,7 @@ impl Level {
 
 /// A rules file, read and checked, before any limiter exists.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Spec {
+pub struct Spec {
     pub(crate) rules: Vec<RuleSpec>,
     /// Descriptor trees by domain.
     pub(crate) domains: Map<String, Level>,
@@ -293,7 +294,7 @@ pub(crate) fn unit_window(unit: &str) -> Option<Duration> {
 }
 
 /// Which format a file is in: YAML for `.yaml`/`.yml`, TOML otherwise.
-pub(crate) fn load(path: &Path, text: &str) -> Result<Spec, RulesError> {
+pub fn load(path: &Path, text: &str) -> Result<Spec, RulesError> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("yaml" | "yml") => envoy::parse(text),
         _ => toml::parse(text),

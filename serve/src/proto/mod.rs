@@ -1,7 +1,7 @@
-//! The gRPC types and services, generated from `cli/proto/` by `cli/proto/generate.sh`
+//! The gRPC types and services, generated from `serve/proto/` by `serve/proto/generate.sh`
 //! (protox and tonic-prost-build; checked in so that a build needs no protobuf compiler).
 //! The module tree mirrors the protobuf packages, which the generated code's paths assume.
-//! The integration tests and the load generator include this file too, for the clients.
+//! Public but hidden for the integration tests and the load generator, which use its clients.
 
 #![allow(
     missing_docs,

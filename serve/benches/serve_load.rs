@@ -1,9 +1,9 @@
-//! The gRPC load generator of cli/benches/serve.sh: `connections` HTTP/2 connections to a
+//! The gRPC load generator of serve/benches/serve.sh: `connections` HTTP/2 connections to a
 //! `slidegate serve`, each with one `ShouldRateLimit` call in flight at a time, for
 //! `duration` seconds; prints `requests_per_second p50_us p99_us errors`.
 //!
 //! ```sh
-//! cargo bench -p slidegate-cli --bench serve_load -- --grpc 127.0.0.1:8081 --method decide
+//! cargo bench -p slidegate-serve --bench serve_load -- --grpc 127.0.0.1:8081 --method decide
 //! ```
 //!
 //! `--method decide` calls Envoy's RateLimitService; `--method noop` the server's no-op
@@ -15,9 +15,7 @@
 //! the server's instructions under `valgrind --tool=callgrind` (two runs of different `N`
 //! subtract the server's start and stop; docs/serve.md has the method).
 
-#[path = "../src/serve/proto/mod.rs"]
-#[allow(clippy::all)]
-mod proto;
+use slidegate_serve::proto;
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::serve::rules::toml;
+use crate::rules::toml;
 
 const RULES: &str = r#"
 [rules.user]

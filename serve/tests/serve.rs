@@ -1,11 +1,9 @@
-//! `slidegate serve`, as a user runs it: real server processes on free loopback ports, real
+//! `slidegate-serve` (what `slidegate serve` runs), as a user runs it: real server processes on free loopback ports, real
 //! clients (reqwest for HTTP/JSON; a tonic client built from the same proto for Envoy's
 //! gRPC API), a real redis-server for shared state. Windows are long (minutes or hours), so
 //! no decision here depends on how fast the machine is.
 
-#[path = "../src/serve/proto/mod.rs"]
-#[allow(clippy::all)]
-mod proto;
+use slidegate_serve::proto;
 use slidegate_testkit::redis_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -50,9 +48,8 @@ impl Server {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("rules.{ext}"));
         std::fs::write(&path, rules).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate-serve"))
             .args([
-                "serve",
                 "--rules",
                 path.to_str().unwrap(),
                 "--http",
@@ -585,14 +582,12 @@ async fn grpc_answers_as_envoys_rate_limit_service() {
 /// The same rules in both formats, the same requests: the same answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_yaml_decides_as_the_equivalent_toml() {
-    let yaml = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rules.yaml"),
-    )
-    .unwrap();
-    let toml = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rules.toml"),
-    )
-    .unwrap();
+    let yaml =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rules.yaml"))
+            .unwrap();
+    let toml =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rules.toml"))
+            .unwrap();
     let (a, b) = (
         Server::start(&yaml, "yaml", &[]),
         Server::start(&toml, "toml", &[]),
@@ -966,9 +961,8 @@ fn a_bad_rules_file_at_start_is_an_error_naming_line_and_field() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("rules.yaml");
     std::fs::write(&path, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: -1 }\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let out = Command::new(env!("CARGO_BIN_EXE_slidegate-serve"))
         .args([
-            "serve",
             "--rules",
             path.to_str().unwrap(),
             "--http",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per request of `slidegate serve`, under valgrind's callgrind: the server (one
-# tokio worker, in memory, the rules of cli/benches/serve.sh) answers exactly N requests sent
+# tokio worker, in memory, the rules of serve/benches/serve.sh) answers exactly N requests sent
 # one after another on one connection by serve_load, and the difference between two runs of
 # different N, divided by their difference, is one request's cost in the server, start-up
 # and shutdown excluded. Instruction counts do not move with the machine's load, which moves
@@ -28,7 +28,7 @@ if [ -z "${SLIDEGATE:-}" ]; then
     cargo build --release -p slidegate-cli --bin slidegate
 fi
 server=${SLIDEGATE:-target/release/slidegate}
-cargo bench -p slidegate-cli --bench serve_load --no-run
+cargo bench -p slidegate-serve --bench serve_load --no-run
 load=$(ls -t target/release/deps/serve_load-* | grep -v '\.d$' | head -1)
 
 work=$(mktemp -d)
