@@ -5,12 +5,8 @@
 //! path, so the targets fuzz exactly the code `slidegate` runs; the reference model is the
 //! one the property tests use (`tests/common/mod.rs`), included the same way.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../cli/src/trace.rs"]
-mod trace_reader;
-
-// The command's `trace` module by the name its other modules use.
-use trace_reader as trace;
+// The simulator's trace reader (`slidegate simulate --trace`).
+use slidegate_cli::simulate::trace;
 
 // The rules readers of `slidegate serve`.
 use slidegate_serve::rules;

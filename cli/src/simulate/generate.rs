@@ -10,7 +10,7 @@ use clap::ValueEnum;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::trace::{Trace, TraceBuilder};
+use crate::simulate::trace::{Trace, TraceBuilder};
 
 /// A shape of traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -12,7 +12,7 @@ use indicatif::ProgressBar;
 use slidegate::clock::ManualClock;
 use slidegate::{ConfigError, CostError, KeyedLimiter, Mode, Quota};
 
-use crate::trace::Trace;
+use crate::simulate::trace::Trace;
 
 /// One algorithm to replay: a mode and a granularity.
 #[derive(Clone, Debug)]
@@ -98,7 +98,7 @@ pub struct Replay {
 
 /// The trace time the simulated clock reads 0 at for `quota`: at most the first request's.
 ///
-/// The exact log tells apart only [`MAX_SPAN`](crate::trace::MAX_SPAN) from its clock's
+/// The exact log tells apart only [`MAX_SPAN`](crate::simulate::trace::MAX_SPAN) from its clock's
 /// origin (later readings count as that one), so Unix-like timestamps (2e9 s and more) would
 /// give it wrong answers: it counts from the first request, and a trace's span is checked
 /// against that bound. Fixed windows and buckets are aligned to their clock's origin, so for
@@ -241,7 +241,7 @@ pub fn disagreements(allowed: &[bool], reference: &[bool]) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::{Params, Scenario, generate};
+    use crate::simulate::generate::{Params, Scenario, generate};
 
     const S: u64 = 1_000_000_000;
 
@@ -378,7 +378,7 @@ mod tests {
             assert_eq!(got, brute_definition(&trace, p.limit, p.window), "{s}");
         }
         // Costs, and the edge of the half-open window (t − W, t].
-        let mut b = crate::trace::TraceBuilder::default();
+        let mut b = crate::simulate::trace::TraceBuilder::default();
         let k = b.key("k");
         for (at, cost) in [(0, 3), (5, 2), (10, 3), (14, 1), (15, 2), (20, 1)] {
             b.push(at, k, cost);
@@ -408,7 +408,7 @@ mod tests {
             assert_eq!(got, definition(&trace, p.limit, p.window).allowed, "{s}");
         }
         // Costs, and the edge of the half-open window (t − W, t].
-        let mut b = crate::trace::TraceBuilder::default();
+        let mut b = crate::simulate::trace::TraceBuilder::default();
         let k = b.key("k");
         for (at, cost) in [(0, 3), (5, 2), (10, 3), (14, 1), (15, 2), (20, 1), (20, 3)] {
             b.push(at, k, cost);

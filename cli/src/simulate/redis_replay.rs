@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use slidegate::Quota;
 use slidegate::redis::{Connection, Path, Policy, RedisLimiter};
 
-use crate::run::{self, Replay};
-use crate::trace::Trace;
+use crate::simulate::run::{self, Replay};
+use crate::simulate::trace::Trace;
 
 /// Keys replayed at once (each key's requests stay in order).
 const CONCURRENT_KEYS: usize = 256;

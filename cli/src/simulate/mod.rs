@@ -1,6 +1,16 @@
 //! `slidegate simulate`: load or generate a trace, replay it through every algorithm, print
 //! the table and draw the chart.
 
+mod args;
+mod chart;
+mod generate;
+mod redis_replay;
+mod report;
+mod run;
+pub mod trace;
+
+pub use args::Simulate;
+
 use std::fs::File;
 use std::io::{BufReader, IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -8,11 +18,11 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use slidegate::Quota;
 
-use crate::generate::{self, Params, Scenario};
-use crate::report::{self, Row};
-use crate::run::{self, Algorithm};
-use crate::trace::{self, MAX_SPAN, Seconds, Trace};
-use crate::{Failure, Simulate, chart, nanos, redis};
+use self::generate::{Params, Scenario};
+use self::report::Row;
+use self::run::Algorithm;
+use self::trace::{MAX_SPAN, Seconds, Trace};
+use crate::Failure;
 
 /// The most requests a generated run may make: about 4 GB of memory at its peak (80 bytes a
 /// request: each is generated with its key's name, then kept in the trace, and every
@@ -256,7 +266,7 @@ fn replay_on_redis<'a>(
     algorithms: &'a [Algorithm],
     entries: &mut Vec<Entry<'a>>,
 ) -> Result<(), Failure> {
-    let backend = redis::Backend::connect(url).map_err(Failure::other)?;
+    let backend = redis_replay::Backend::connect(url).map_err(Failure::other)?;
     for (index, a) in algorithms.iter().enumerate() {
         match backend.replay(trace, a.quota, index) {
             Ok(replay) => entries.push(Entry {
@@ -445,4 +455,8 @@ fn params(args: &Simulate, window: u64) -> Result<Params, Failure> {
         )));
     }
     Ok(params)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
