@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use slidegate::clock::{Clock, ManualClock, Nanos, QuantaClock};
-use slidegate::http::fields::{Fields, PolicyName, limit_item, retry_after};
 use slidegate::redis::{Connection, Policy as RedisPolicy, RedisLimiter};
 use slidegate::{Decision, KeyedLimiter, Limit, Quota};
 
-use super::metrics;
-use super::rules::{self, RuleSpec, Spec};
+use crate::metrics;
+use crate::rules::{self, RuleSpec, Spec};
+use crate::wire::RuleWire;
 
 /// The clock of the in-memory limiters: quanta's in service, a manual one in tests.
 #[derive(Clone)]
@@ -88,14 +88,8 @@ enum Limiter {
 pub(crate) struct Rule {
     pub(crate) spec: RuleSpec,
     limiter: Limiter,
-    /// Its name as a header-field String.
-    pub(crate) field: PolicyName,
-    /// Its `RateLimit-Policy` item, for the common answer that names one rule.
-    pub(crate) policy: axum::http::HeaderValue,
-    /// Its constant part of a status in the JSON answer, `"rule":…,"limit":…,"window_ms":…`.
-    pub(crate) json: Box<str>,
-    /// The JSON answer up to `"remaining":` when it admits with this rule alone.
-    pub(crate) json_admitted: Box<str>,
+    /// What the APIs write of it, made once here so that no answer builds it again.
+    pub(crate) wire: RuleWire,
     pub(crate) metrics: metrics::RuleMetrics,
 }
 
@@ -119,18 +113,21 @@ type Overrides = HashMap<(u64, u64), Arc<Rule>>;
 /// The most distinct `limit` overrides a server makes rules for.
 const MAX_OVERRIDES: usize = 64;
 
-/// How a request's status names its rule.
+/// A reference to the rule a status applies: one of the rule set's, or one made for a
+/// descriptor's own limit.
 #[derive(Clone)]
-pub(crate) enum Which {
-    Rule(usize),
+pub(crate) enum RuleRef {
+    /// The rule at this index of [`RuleSet::rules`] (the rules file's).
+    InFile(usize),
+    /// A rule made for a `limit` override, kept across reloads.
     Override(Arc<Rule>),
 }
 
-impl Which {
+impl RuleRef {
     pub(crate) fn get<'a>(&'a self, set: &'a RuleSet) -> &'a Rule {
         match self {
-            Which::Rule(i) => &set.rules[*i],
-            Which::Override(r) => r,
+            RuleRef::InFile(i) => &set.rules[*i],
+            RuleRef::Override(r) => r,
         }
     }
 }
@@ -203,7 +200,7 @@ pub(crate) const MAX_KEY_BYTES: usize = 4096;
 /// The answer for one descriptor (or one rule of a key).
 pub(crate) struct Status {
     /// The rule applied; `None` for no limit.
-    pub(crate) which: Option<Which>,
+    pub(crate) rule: Option<RuleRef>,
     /// OVER_LIMIT (never for a shadow rule).
     pub(crate) over: bool,
     /// A shadow rule that would have denied.
@@ -228,41 +225,12 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
-    /// The `RateLimit-Policy`, `RateLimit` and `Retry-After` values the middleware would
-    /// write: every rule checked in the policy field; in `RateLimit`, every rule when
-    /// admitted and only the rules that deny when denied; `Retry-After` when denied and a
-    /// wait would help.
-    pub(crate) fn fields(&self, set: &RuleSet) -> [Option<axum::http::HeaderValue>; 3] {
-        let retry = self.retry_field();
-        // One rule (the common answer): its policy item built once per rule, its `RateLimit`
-        // item alone, without the general builder's second buffer.
-        if let Some((s, r)) = self.single(set) {
-            let limit = self
-                .in_limit(s)
-                .then(|| limit_item(&r.field, s.remaining, self.reset_of(s)))
-                .flatten();
-            return [Some(r.policy.clone()), limit, retry];
-        }
-        let mut fields = Fields::new();
-        for s in &self.statuses {
-            if let Some(w) = &s.which {
-                let r = w.get(set);
-                fields.policy(&r.field, r.spec.quota.limit(), r.spec.quota.window());
-                if self.in_limit(s) {
-                    fields.limit(&r.field, s.remaining, self.reset_of(s));
-                }
-            }
-        }
-        let (policy, limit) = fields.into_values();
-        [policy, limit, retry]
-    }
-
     /// The status with a rule and its rule, when only one status has one (the common answer).
     pub(crate) fn single<'a>(&'a self, set: &'a RuleSet) -> Option<(&'a Status, &'a Rule)> {
         let mut ruled = self
             .statuses
             .iter()
-            .filter_map(|s| Some((s, s.which.as_ref()?.get(set))));
+            .filter_map(|s| Some((s, s.rule.as_ref()?.get(set))));
         match (ruled.next(), ruled.next()) {
             (one, None) => one,
             _ => None,
@@ -273,11 +241,6 @@ impl Outcome {
     /// deny when denied.
     pub(crate) fn in_limit(&self, s: &Status) -> bool {
         self.allowed || s.over
-    }
-
-    /// `Retry-After`, when denied and a wait would help.
-    pub(crate) fn retry_field(&self) -> Option<axum::http::HeaderValue> {
-        self.retry_after.filter(|_| !self.allowed).map(retry_after)
     }
 
     /// The `t` of a status's `RateLimit` item: when a denying rule admits again, else when
@@ -526,7 +489,7 @@ impl RuleSet {
                 k.push('k');
                 k.push_str(key);
                 for &i in indices {
-                    items.push(Status::new(Some(Which::Rule(i)), at));
+                    items.push(Status::new(Some(RuleRef::InFile(i)), at));
                 }
                 Ok(items)
             }
@@ -582,7 +545,7 @@ impl RuleSet {
                                 .map_err(|m| Invalid::new(at("limit"), m))?,
                         ),
                         (Some(level), None) => match rules::resolve(level, entries) {
-                            rules::Target::Rule(r) => Some(Which::Rule(r)),
+                            rules::Target::Rule(r) => Some(RuleRef::InFile(r)),
                             rules::Target::None | rules::Target::Unlimited => None,
                         },
                     };
@@ -592,10 +555,10 @@ impl RuleSet {
                 if self.replacing {
                     let replaced: Vec<String> = items
                         .iter()
-                        .filter_map(|s| s.which.as_ref())
+                        .filter_map(|s| s.rule.as_ref())
                         .flat_map(|w| w.get(self).spec.replaces.iter().cloned())
                         .collect();
-                    for Status { which: w, .. } in &mut items {
+                    for Status { rule: w, .. } in &mut items {
                         if w.as_ref()
                             .is_some_and(|w| replaced.contains(&w.get(self).spec.display))
                         {
@@ -614,11 +577,11 @@ impl RuleSet {
         limit: u64,
         window: Duration,
         backend: &Backend,
-    ) -> Result<Which, String> {
+    ) -> Result<RuleRef, String> {
         let id = (limit, window.as_secs());
         let mut map = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = map.get(&id) {
-            return Ok(Which::Override(Arc::clone(r)));
+            return Ok(RuleRef::Override(Arc::clone(r)));
         }
         if map.len() >= MAX_OVERRIDES {
             return Err(format!(
@@ -640,7 +603,7 @@ impl RuleSet {
         };
         let rule = Arc::new(Rule::new(spec, None, backend)?);
         map.insert(id, Arc::clone(&rule));
-        Ok(Which::Override(rule))
+        Ok(RuleRef::Override(rule))
     }
 }
 
@@ -682,41 +645,13 @@ impl Rule {
     }
 
     fn with_limiter(spec: RuleSpec, limiter: Limiter) -> Result<Rule, String> {
-        let field = PolicyName::new(&header_name(&spec.display)).map_err(|e| e.to_string())?;
-        let mut one = Fields::new();
-        one.policy(&field, spec.quota.limit(), spec.quota.window());
-        let policy = one.into_values().0.ok_or("an empty RateLimit-Policy")?;
-        let json = format!(
-            r#""rule":{},"limit":{},"window_ms":{}"#,
-            serde_json::to_string(&spec.display).map_err(|e| e.to_string())?,
-            spec.quota.limit(),
-            super::http::ceil_ms(spec.quota.window()),
-        );
-        let json_admitted =
-            format!(r#"{{"allowed":true,"code":"OK","statuses":[{{"code":"OK",{json}"#);
         Ok(Rule {
-            json_admitted: json_admitted.into(),
-            policy,
-            json: json.into(),
+            wire: RuleWire::new(&spec)?,
             metrics: metrics::RuleMetrics::new(&spec.display),
-            field,
             limiter,
             spec,
         })
     }
-}
-
-/// A name as a header field can carry it: bytes outside printable ASCII percent-encoded.
-fn header_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if (b' '..=b'~').contains(&b) && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The Redis key prefix of a rule: the server's prefix and a fingerprint of the rule's name
@@ -838,7 +773,7 @@ async fn decide(
     let mut never = false;
     for i in 0..statuses.len() {
         let Some((limit, shadow)) = statuses[i]
-            .which
+            .rule
             .as_ref()
             .map(|w| (w.get(set).spec.quota.limit(), w.get(set).spec.shadow))
         else {
@@ -862,7 +797,7 @@ async fn decide(
         allowed = false;
     } else if let (Some(i), true) = (first, more.is_empty()) {
         let s = &mut statuses[i];
-        let d = check(&rule_of(set, &s.which).limiter, &keys[s.key], cost).await?;
+        let d = check(&rule_of(set, &s.rule).limiter, &keys[s.key], cost).await?;
         allowed = d.is_allowed();
         retry = d.retry_after();
         s.apply(&d);
@@ -872,7 +807,7 @@ async fn decide(
             .iter()
             .map(|&i| {
                 (
-                    &rule_of(set, &statuses[i].which).limiter,
+                    &rule_of(set, &statuses[i].rule).limiter,
                     &keys[statuses[i].key],
                     cost,
                 )
@@ -895,7 +830,7 @@ async fn decide(
 
     for s in &mut statuses {
         // A clone, so the rule outlives the status's borrow (an `Arc` only for overrides).
-        let Some(which) = s.which.clone() else {
+        let Some(which) = s.rule.clone() else {
             continue;
         };
         let r = which.get(set);
@@ -952,7 +887,7 @@ fn decide_one(
     let [s] = &mut statuses[..] else {
         return None;
     };
-    let Some(Which::Rule(i)) = s.which else {
+    let Some(RuleRef::InFile(i)) = s.rule else {
         return None;
     };
     let r = &set.rules[i];
@@ -985,9 +920,9 @@ fn charged(statuses: &[Status], keys: &[String], i: usize, cost: u64) -> u64 {
     }
     let same = |t: &Status| {
         keys[t.key] == keys[s.key]
-            && match (&t.which, &s.which) {
-                (Some(Which::Rule(a)), Some(Which::Rule(b))) => a == b,
-                (Some(Which::Override(a)), Some(Which::Override(b))) => Arc::ptr_eq(a, b),
+            && match (&t.rule, &s.rule) {
+                (Some(RuleRef::InFile(a)), Some(RuleRef::InFile(b))) => a == b,
+                (Some(RuleRef::Override(a)), Some(RuleRef::Override(b))) => Arc::ptr_eq(a, b),
                 _ => false,
             }
     };
@@ -995,7 +930,7 @@ fn charged(statuses: &[Status], keys: &[String], i: usize, cost: u64) -> u64 {
     cost.saturating_mul(times as u64)
 }
 
-fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
+fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<RuleRef>) -> &'a Rule {
     which
         .as_ref()
         .expect("an enforcing status has a rule")
@@ -1004,9 +939,9 @@ fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<Which>) -> &'a Rule {
 
 impl Status {
     /// The status of a request for `which` and `key`, before it is decided.
-    fn new(which: Option<Which>, key: usize) -> Status {
+    fn new(rule: Option<RuleRef>, key: usize) -> Status {
         Status {
-            which,
+            rule,
             over: false,
             shadow_over: false,
             remaining: 0,

@@ -19,7 +19,7 @@ use super::proto::envoy::service::ratelimit::v3::rate_limit_service_server::Rate
 use super::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::proto::envoy::r#type::v3::RateLimitUnit;
 use super::proto::slidegate::serve::v1::noop_server::Noop;
-use super::rules;
+use super::{headers, rules};
 
 pub(crate) struct Service {
     pub(crate) engine: Arc<Engine>,
@@ -99,7 +99,7 @@ fn response(set: &RuleSet, o: &Outcome) -> RateLimitResponse {
     let statuses = o
         .statuses
         .iter()
-        .map(|s| match &s.which {
+        .map(|s| match &s.rule {
             None => DescriptorStatus {
                 code: Code::Ok.into(),
                 ..Default::default()
@@ -120,8 +120,7 @@ fn response(set: &RuleSet, o: &Outcome) -> RateLimitResponse {
             }
         })
         .collect();
-    let headers = o
-        .fields(set)
+    let headers = headers::fields(o, set)
         .into_iter()
         .zip(["ratelimit-policy", "ratelimit", "retry-after"])
         .filter_map(|(v, key)| {

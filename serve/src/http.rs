@@ -23,9 +23,11 @@ use slidegate::http::{RATELIMIT, RATELIMIT_POLICY};
 use super::engine::{
     self, Descriptor, Engine, Invalid, Outcome, Rule, RuleSet, Status, StoreError,
 };
+use super::headers;
 use super::metrics::{Answer, ApiMetrics, KEYS};
 use super::reload::Reloader;
 use super::rules;
+use super::wire::ceil_ms;
 
 /// The most requests one batch may hold.
 pub(crate) const MAX_BATCH: usize = 1000;
@@ -232,10 +234,10 @@ impl<'a> CheckBody<'a> {
 fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
     // The common answer, admitted by one rule: its head written with the rule.
     if let ([s], true) = (&o.statuses[..], o.allowed)
-        && let Some(which) = &s.which
+        && let Some(which) = &s.rule
     {
         let r = which.get(set);
-        out.put(r.json_admitted.as_bytes());
+        out.put(r.wire.json_admitted.as_bytes());
         write_status_rest(out, r, s);
         out.put(b"]}");
         return;
@@ -253,7 +255,7 @@ fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
         if i > 0 {
             out.put(b",");
         }
-        let Some(which) = &s.which else {
+        let Some(which) = &s.rule else {
             out.put(br#"{"code":"OK","rule":null}"#);
             continue;
         };
@@ -263,7 +265,7 @@ fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
         } else {
             &br#"{"code":"OK","#[..]
         });
-        out.put(r.json.as_bytes());
+        out.put(r.wire.json.as_bytes());
         write_status_rest(out, r, s);
     }
     out.put(b"]}");
@@ -340,7 +342,7 @@ fn answer(set: &RuleSet, o: &Outcome) -> Response {
         .single(set)
         .filter(|_| reply_capacity(set, o) <= ANSWER_ROOM)
     else {
-        let [policy, limit, retry] = o.fields(set);
+        let [policy, limit, retry] = headers::fields(o, set);
         return with_fields(json_body(status, reply(set, o)), policy, limit, retry);
     };
     let mut a = AnswerBuf {
@@ -351,7 +353,14 @@ fn answer(set: &RuleSet, o: &Outcome) -> Response {
     let json = a.len;
     let limit = o.in_limit(s);
     let item = limit
-        .then(|| write_limit_item(&mut a.buf[json..], &r.field, s.remaining, o.reset_of(s)))
+        .then(|| {
+            write_limit_item(
+                &mut a.buf[json..],
+                &r.wire.field,
+                s.remaining,
+                o.reset_of(s),
+            )
+        })
         .flatten();
     if let Some(n) = item {
         a.len += n;
@@ -365,14 +374,14 @@ fn answer(set: &RuleSet, o: &Outcome) -> Response {
             Some(unsafe { HeaderValue::from_maybe_shared_unchecked(value) })
         }
         // A name too long for the room left: the item in its own allocation.
-        None if limit => limit_item(&r.field, s.remaining, o.reset_of(s)),
+        None if limit => limit_item(&r.wire.field, s.remaining, o.reset_of(s)),
         None => None,
     };
     with_fields(
         json_body(status, body),
-        Some(r.policy.clone()),
+        Some(r.wire.policy.clone()),
         value,
-        o.retry_field(),
+        headers::retry_field(o),
     )
 }
 
@@ -424,7 +433,7 @@ fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
     64 + o
         .statuses
         .iter()
-        .map(|s| STATUS + s.which.as_ref().map_or(0, |w| w.get(set).json.len()))
+        .map(|s| STATUS + s.rule.as_ref().map_or(0, |w| w.get(set).wire.json.len()))
         .sum::<usize>()
 }
 
@@ -432,16 +441,6 @@ fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
 fn put_u64(out: &mut impl Out, name: &[u8], value: u64) {
     out.put(name);
     out.put(itoa::Buffer::new().format(value).as_bytes());
-}
-
-/// Milliseconds, rounded up: a client told to wait this long is never early.
-pub(crate) fn ceil_ms(d: Duration) -> u64 {
-    // In u64s: through `as_nanos`, a u128 division per figure of the answer.
-    let ms = u64::from(d.subsec_nanos().div_ceil(1_000_000));
-    d.as_secs()
-        .checked_mul(1000)
-        .and_then(|s| s.checked_add(ms))
-        .unwrap_or(u64::MAX)
 }
 
 /// The body, refused with 413 beyond the limit, as JSON.
@@ -751,7 +750,7 @@ mod tests {
                 .statuses
                 .iter()
                 .map(|s| {
-                    let r = s.which.as_ref().map(|w| w.get(set));
+                    let r = s.rule.as_ref().map(|w| w.get(set));
                     StatusReply {
                         code: code(s.over),
                         rule: r.map(|r| &*r.spec.display),
@@ -901,7 +900,7 @@ rule = "trial"
                     // and fields.
                     let res = answer(set, o);
                     assert_eq!(res.status().as_u16(), if o.allowed { 200 } else { 429 });
-                    let fields = o.fields(set);
+                    let fields = headers::fields(o, set);
                     for (name, value) in ["ratelimit-policy", "ratelimit", "retry-after"]
                         .into_iter()
                         .zip(&fields)

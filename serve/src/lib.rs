@@ -15,6 +15,7 @@ mod args;
 pub mod duration;
 mod engine;
 mod grpc;
+mod headers;
 mod http;
 mod metrics;
 #[doc(hidden)]
@@ -22,6 +23,7 @@ pub mod proto;
 mod reload;
 #[doc(hidden)]
 pub mod rules;
+mod wire;
 
 pub use args::Args;
 

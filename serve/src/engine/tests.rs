@@ -75,7 +75,7 @@ fn check(e: &Engine, r: &Request<'_, Pairs<'_>>, cost: u64) -> Result<Summary, I
                 .iter()
                 .map(|s| {
                     let name = s
-                        .which
+                        .rule
                         .as_ref()
                         .map_or("-".into(), |w| w.get(set).spec.display.clone());
                     (name, s.over, s.shadow_over, s.remaining)
@@ -370,60 +370,6 @@ fn replaces_and_limit_overrides() {
         (true, vec![st("override-2-per-minute", false, false, 1)])
     );
     assert!(!check(&e, &over, 2).unwrap().0);
-}
-
-#[test]
-fn a_single_rules_ratelimit_item_is_the_librarys() {
-    // Names as YAML's `rate_limit.name` may give them: quotes, a backslash, a character
-    // outside ASCII (percent-encoded), and one longer than the builder's stack buffer.
-    let long = "y".repeat(200);
-    let names = ["per-user", r#"a "quoted" \ name"#, "caf\u{e9}", &long];
-    let remainings = [
-        0,
-        1,
-        9,
-        10,
-        999_999_999_999_999,
-        1_000_000_000_000_000,
-        u64::MAX,
-    ];
-    let resets = [
-        Duration::ZERO,
-        Duration::from_nanos(1),
-        Duration::from_secs(1),
-        Duration::from_millis(59_500),
-        Duration::from_secs(3600),
-        // The longest a decision reports: its times are u64 nanoseconds.
-        Duration::from_nanos(u64::MAX),
-    ];
-    let quota = Quota::new(5, Duration::from_secs(10)).unwrap();
-    let mut fast = 0;
-    for name in names {
-        let spec = RuleSpec {
-            name: name.to_owned(),
-            display: name.to_owned(),
-            quota,
-            shadow: false,
-            replaces: Vec::new(),
-        };
-        let limiter = KeyedLimiter::builder(quota)
-            .clock(ServeClock::Manual(ManualClock::new()))
-            .build();
-        let rule = Rule::with_limiter(spec, Limiter::Memory(Arc::new(limiter))).unwrap();
-        fast += 1;
-        for remaining in remainings {
-            for reset in resets {
-                let mut fields = Fields::new();
-                fields.limit(&rule.field, remaining, reset);
-                assert_eq!(
-                    limit_item(&rule.field, remaining, reset).unwrap(),
-                    fields.into_values().1.unwrap(),
-                    "{name:?}, r = {remaining}, t = {reset:?}"
-                );
-            }
-        }
-    }
-    assert_eq!(fast, names.len());
 }
 
 /// An answer, every field: (allowed, retry_after, [(over, shadow_over, remaining,
