@@ -8,7 +8,7 @@ use std::time::Duration;
 use slidegate::redis::{Policy as RedisPolicy, RedisLimiter};
 use slidegate::{KeyedLimiter, Quota};
 
-use super::{Backend, Limiter, MAX_OVERRIDES, Rule, RuleRef, RuleSet, Unavailable};
+use super::rule_set::{Backend, Limiter, MAX_OVERRIDES, Rule, RuleRef, RuleSet, Unavailable};
 use crate::metrics;
 use crate::rules::{self, RuleSpec, Spec};
 use crate::wire::RuleWire;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use slidegate::redis::RedisLimiter;
 use slidegate::{Decision, Limit};
 
-use super::{Limiter, Outcome, Rule, RuleRef, RuleSet, Status, StoreError};
+use super::request::{Outcome, Status, StoreError};
+use super::rule_set::{Limiter, Rule, RuleRef, RuleSet};
 use crate::metrics;
 
 /// One decision, on whichever backend the rules' limiters use.

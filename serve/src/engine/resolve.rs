@@ -1,10 +1,10 @@
 //! Resolving a request to its statuses: each descriptor (or named rule) to its rule and
 //! counter key, every bound checked, with the thread's scratch lists and keys reused.
 
-use super::{
-    Backend, Descriptor, Invalid, MAX_DESCRIPTORS, MAX_ENTRIES, MAX_KEY_BYTES, Request, RuleRef,
-    RuleSet, Scratch, Status,
+use super::request::{
+    Descriptor, Invalid, MAX_DESCRIPTORS, MAX_ENTRIES, MAX_KEY_BYTES, Request, Scratch, Status,
 };
+use super::rule_set::{Backend, RuleRef, RuleSet};
 use crate::rules;
 
 impl RuleSet {

@@ -1,5 +1,11 @@
+use std::time::Duration;
+
+use slidegate::clock::ManualClock;
+
+use super::request::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_KEY_BYTES};
+use super::rule_set::MAX_OVERRIDES;
 use super::*;
-use crate::rules::toml;
+use crate::rules::{self, toml};
 
 const RULES: &str = r#"
 [rules.user]
