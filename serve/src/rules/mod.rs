@@ -9,8 +9,8 @@
 //! node matched by the *last* entry applies; a node without children ends the walk, and a
 //! descriptor that ends early or matches nothing has no rule (it is answered OK).
 
-pub(crate) mod envoy;
-pub(crate) mod toml;
+pub mod envoy;
+pub mod toml;
 
 use std::collections::HashMap;
 use std::fmt;
