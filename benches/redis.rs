@@ -9,9 +9,7 @@
 //! future at a time, and the question here is throughput under concurrency). Each figure is
 //! the median of `ROUNDS` runs of `SECS` seconds, the designs alternating within each round.
 
-#[path = "../tests/redis_server/mod.rs"]
-#[allow(missing_docs)]
-mod redis_server;
+use slidegate_testkit::redis_server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

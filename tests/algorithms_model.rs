@@ -3,7 +3,7 @@
 //! decides exactly what the reference model (`tests/common`) decides, and one key of a
 //! `KeyedLimiter` decides exactly what the direct limiter does.
 
-mod common;
+use slidegate_testkit::model as common;
 
 use std::time::Duration;
 

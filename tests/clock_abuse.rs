@@ -20,7 +20,7 @@
 //!   longer. After +1 year the clock is behind the newest reading until true time catches
 //!   up a year later; every check until then is denied, with a `retry_after` that says so.
 
-mod common;
+use slidegate_testkit::model as common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `ManualClock` (whose `sleep` advances it) or tokio's paused clock: nothing here sleeps for
 //! real.
 
-mod common;
+use slidegate_testkit::model as common;
 
 use std::time::Duration;
 

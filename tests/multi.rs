@@ -5,7 +5,7 @@
 //! decision equals the sequential specification "all limits admit ⇒ all charged, else none"
 //! built from the reference model.
 
-mod common;
+use slidegate_testkit::model as common;
 
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};

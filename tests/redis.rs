@@ -3,8 +3,8 @@
 //! degraded mode under SIGSTOP, kill and restart, a flushed script cache, and bad input.
 #![cfg(feature = "redis")]
 
-mod common;
-mod redis_server;
+use slidegate_testkit::model as common;
+use slidegate_testkit::redis_server;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

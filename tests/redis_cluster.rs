@@ -5,8 +5,8 @@
 //! One test runs the phases in order on one Cluster.
 #![cfg(feature = "redis")]
 
-mod common;
-mod redis_server;
+use slidegate_testkit::model as common;
+use slidegate_testkit::redis_server;
 
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,8 @@
 //! backend's resolution); times start at 0 or at today's Unix time and jump by up to years.
 #![cfg(feature = "redis")]
 
-mod common;
-mod redis_server;
+use slidegate_testkit::model as common;
+use slidegate_testkit::redis_server;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

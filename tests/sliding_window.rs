@@ -2,7 +2,7 @@
 //! and windows to the nanosecond, and extremes (the largest limit and costs, gaps of years,
 //! the most buckets) with overflow checks on, and Strict's bound on a clock that lags.
 
-mod common;
+use slidegate_testkit::model as common;
 
 use std::time::Duration;
 

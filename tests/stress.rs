@@ -8,7 +8,7 @@
 //! - `peek().remaining()` equals the reference model fed the admitted log;
 //! - one window and one bucket after the last check, it is as good as new (no drift).
 
-mod common;
+use slidegate_testkit::model as common;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,5 +1,5 @@
 //! The `slidegate` binary, run as a user runs it: `slidegate simulate` on trace files and
-//! built-in scenarios, its table, its chart and its errors.
+//! built-in scenarios, its table, its chart and its errors; `slidegate serve` as typed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -559,4 +559,65 @@ fn runs_too_large_for_memory_or_time_are_usage_errors() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("no requests to simulate"));
+}
+
+/// `slidegate serve` is the service as a user types it: the same options as `slidegate-serve`,
+/// the address line first on standard output, HTTP answered, and a bad rules file an error
+/// naming its line.
+#[test]
+fn slidegate_serve_runs_the_service() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../serve/examples/rules.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["serve", "--rules"])
+        .arg(&rules)
+        .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let http = line
+        .strip_prefix("slidegate serve: http=")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address line: {line:?}"))
+        .to_owned();
+    assert!(
+        line.contains(" grpc=127.0.0.1:") && line.contains(" rules)"),
+        "{line}"
+    );
+    let mut tcp = std::net::TcpStream::connect(&http).unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let dir = TempDir::new("serve-bad-rules");
+    let bad = dir.file("rules.toml", "[rules.a]\nlimit = 0\nwindow = \"1m\"\n");
+    let out = slidegate(
+        &dir.0,
+        &[
+            "serve",
+            "--rules",
+            bad.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("line 2"),
+        "{stderr}"
+    );
 }

@@ -2,10 +2,7 @@
 //! algorithm's Redis row admits exactly what its local row admits on the same trace, and an
 //! unreachable URL is a clear error.
 
-// The library's Redis harness, written for its 1.85 MSRV (no let chains).
-#[path = "../../tests/redis_server/mod.rs"]
-#[allow(clippy::collapsible_if)]
-mod redis_server;
+use slidegate_testkit::redis_server;
 
 use std::process::Command;
 

@@ -5,25 +5,14 @@
 //! path, so the targets fuzz exactly the code `slidegate` runs; the reference model is the
 //! one the property tests use (`tests/common/mod.rs`), included the same way.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../cli/src/trace.rs"]
-mod trace_reader;
+// The simulator's trace reader (`slidegate simulate --trace`).
+use slidegate_cli::simulate::trace;
 
-#[allow(dead_code)]
-#[path = "../../cli/src/duration.rs"]
-mod duration;
+// The rules readers of `slidegate serve`.
+use slidegate_serve::rules;
 
-// The command's `trace` module by the name its other modules use.
-use trace_reader as trace;
-
-// The rules readers of `slidegate serve` (`serve::rules` in the command).
-#[allow(dead_code)]
-#[path = "../../cli/src/serve/rules/mod.rs"]
-mod rules;
-
-// The reference model of `tests/common/mod.rs`.
-#[path = "../../tests/common/mod.rs"]
-mod model;
+// The reference model the property tests use.
+use slidegate_testkit::model;
 
 pub mod differential;
 
