@@ -41,13 +41,13 @@ use crate::decision::Decision;
 /// The leases of one limiter, per key.
 pub(crate) struct Leases {
     config: LeaseConfig,
-    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<KeyLease>>>>,
     round_trips: AtomicU64,
     admitted: AtomicU64,
 }
 
 #[derive(Default)]
-struct Held {
+struct KeyLease {
     left: u64,
     ticket: Ticket,
     until: Option<Instant>,
@@ -81,7 +81,7 @@ impl Leases {
         )
     }
 
-    fn entry(&self, key: &str) -> Arc<tokio::sync::Mutex<Held>> {
+    fn entry(&self, key: &str) -> Arc<tokio::sync::Mutex<KeyLease>> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = map.get(key) {
             return e.clone();
@@ -94,7 +94,7 @@ impl Leases {
                         .map_or(true, |h| h.until.is_some_and(|u| now < u))
             });
         }
-        let e = Arc::new(tokio::sync::Mutex::new(Held::default()));
+        let e = Arc::new(tokio::sync::Mutex::new(KeyLease::default()));
         map.insert(key.to_owned(), e.clone());
         e
     }
@@ -192,7 +192,7 @@ impl Leases {
     }
 
     pub(crate) async fn return_all(&self, limiter: &RedisLimiter) -> Result<(), Error> {
-        let entries: Vec<(String, Arc<tokio::sync::Mutex<Held>>)> = {
+        let entries: Vec<(String, Arc<tokio::sync::Mutex<KeyLease>>)> = {
             let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
             map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
