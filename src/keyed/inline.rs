@@ -124,10 +124,11 @@ const MIN_CAPACITY: usize = 4;
 /// The largest sparse table: up to 2¹⁶ slots (4 MiB), a table's capacity is a power of two
 /// and at most one slot in [`SPARSE_LOAD`] is in use, so that a probe seldom meets another
 /// key's line; a larger one is dense, sized to three times its keys when it grows and holding
-/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). The
-/// measurements behind both (a thousand keys' checks and two threads' pairs faster at load
-/// 1/8; a million keys' checks 5–8% slower at 2/3, for 101 bytes per key against 134) are in
-/// `docs/inline-store.md`, "A table of any size, and sparse small tables".
+/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). Why both: a
+/// thousand keys' checks and two threads' pairs are faster at load 1/8, and at a million keys
+/// the denser table costs the checks little for a third less memory (`keyed_allowed`,
+/// `keyed_2_threads`; `docs/inline-store.md`, "A table of any size, and sparse small
+/// tables").
 const SPARSE_MAX: usize = 1 << 16;
 
 /// A sparse table's load, at most: one slot in eight in use.
