@@ -84,7 +84,8 @@ use crate::decision::Decision;
 use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
 use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::window::cum::RETIRED;
-use crate::window::line::{self, LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
+use crate::window::line::{LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
+use crate::window::line_counter;
 use crate::window::ring::{Compact, Slots};
 
 use super::pool::Array;
@@ -771,7 +772,7 @@ impl InlineTable {
                 Some(found) => found,
                 None => self.insert(key, hash, rule.granularity, now(), guard),
             };
-            if let Some(decision) = line::charge(&found.line(self.buckets), rule, &now, n) {
+            if let Some(decision) = line_counter::charge(&found.line(self.buckets), rule, &now, n) {
                 return decision;
             }
             // Retired: frozen by a migration or evicted. Under the lock, the key's copy or a
@@ -781,7 +782,7 @@ impl InlineTable {
     }
 
     /// Frees up to `n` units of `key`'s window at `now()` under a counter's `rule`
-    /// ([`line::refund`]: the sliding window's oldest units, the fixed window's current
+    /// ([`line_counter::refund`]: the sliding window's oldest units, the fixed window's current
     /// bucket's); `None` if the key has no live slot.
     ///
     /// Under the writer's lock, which every migration step holds: a refund raises the
@@ -802,7 +803,7 @@ impl InlineTable {
         let _writer = sync::lock(&self.writer);
         let slot = self.find(key, hash, guard)?;
         // A slot found under the lock is live: its ring is retired only under the lock.
-        line::refund(&slot.line(self.buckets), rule, now, n)
+        line_counter::refund(&slot.line(self.buckets), rule, now, n)
     }
 
     /// The window sum of `key` at `now`, if it has a live slot.
@@ -978,14 +979,14 @@ impl LoomInline {
 
     /// A Strict check of `cost` against `limit` on `key` at `t`.
     pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
-        let rule = line::strict(limit, self.1, Self::GRANULARITY);
+        let rule = line_counter::strict(limit, self.1, Self::GRANULARITY);
         self.0.check(key, key, &rule, || t, cost).is_allowed()
     }
 
     /// A refund of up to `n` units of `key`'s window at `t`: the units freed (`None`: no
     /// live slot).
     pub fn refund(&self, key: u64, t: u64, n: u64) -> Option<u64> {
-        let rule = line::strict(1, self.1, Self::GRANULARITY);
+        let rule = line_counter::strict(1, self.1, Self::GRANULARITY);
         self.0.refund(key, key, &rule, || t, n)
     }
 

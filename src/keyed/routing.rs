@@ -47,6 +47,7 @@ use crate::decision::Decision;
 use crate::sync::epoch::Guard;
 use crate::window::counter;
 use crate::window::line::{self, Line};
+use crate::window::line_counter;
 use crate::window::state::{Shape, State, on_ring};
 
 use super::KeyedLimiter;
@@ -143,7 +144,7 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// A check of `n` (valid under `rule`) on a key of the inline table's shape whose word
-    /// is `word`, on the line ring's fast path ([`Line::fast`]): the decision, or what the
+    /// is `word`, on the line ring's fast path ([`line_counter::charge_fast`]): the decision, or what the
     /// general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's live slot
     /// and the clock reading judged at, if the lookup found one). Apart from the general
     /// path's, so that the caller returns this decision straight from the registers it was
@@ -163,8 +164,7 @@ where
         // One reading for the whole check, passed as a constant: through a closure the
         // clock was called out of line (`<&F as Fn>::call`), a tenth of an allowed check.
         let t = self.clock.now().0;
-        slot.line(inline.buckets)
-            .fast(&rule.counter, || t, n)
+        line_counter::charge_fast(&slot.line(inline.buckets), &rule.counter, || t, n)
             .ok_or(Some((slot, t)))
     }
 
@@ -191,7 +191,8 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         if let Some((slot, t)) = found {
-            let decided = line::charge_loop(&slot.line(inline.buckets), &rule.counter, || t, n);
+            let decided =
+                line_counter::charge_loop(&slot.line(inline.buckets), &rule.counter, || t, n);
             if decided.is_some() {
                 return decided;
             }
@@ -204,10 +205,10 @@ where
         loop {
             let decided = match place {
                 Place::Line(slot) => {
-                    line::charge(&slot.line(inline.buckets), &rule.counter, now, n)
+                    line_counter::charge(&slot.line(inline.buckets), &rule.counter, now, n)
                 }
                 Place::Inserted(slot, t) => {
-                    line::charge(&slot.line(inline.buckets), &rule.counter, || t, n)
+                    line_counter::charge(&slot.line(inline.buckets), &rule.counter, || t, n)
                 }
                 Place::Entry(entry) => on_ring!(entry.state(),
                     |_, ring| counter::charge(ring, &rule.counter, now, n),
@@ -433,8 +434,9 @@ where
         let inline = self.inline.as_ref()?;
         let word = inline.word(keyed, &self.default, key)?;
         let now = || self.clock.now().0;
-        let peek =
-            |slot: &Slot| line::peek(&slot.line(inline.buckets), &keyed.rule.counter, now, n);
+        let peek = |slot: &Slot| {
+            line_counter::peek(&slot.line(inline.buckets), &keyed.rule.counter, now, n)
+        };
         let slot = inline.table.find(word, hash, guard)?;
         // Retired (frozen by a migration, evicted, or moved): under the lock a slot found is
         // live.
