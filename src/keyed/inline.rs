@@ -81,9 +81,8 @@
 use crate::algo::sliding_counter::CounterRule;
 #[cfg(any(test, slidegate_loom))]
 use crate::decision::Decision;
-use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
+use crate::sync::epoch::{self, Atomic, Guard, Shared};
 use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::window::cum::RETIRED;
 use crate::window::line::{LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
 use crate::window::line_counter;
 use crate::window::ring::{Compact, Slots};
@@ -316,20 +315,6 @@ struct Writer {
     forced: u64,
 }
 
-impl Writer {
-    /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
-    /// the table's end (and starts over in a table smaller than the last).
-    fn swept(&mut self, table: &Table) -> usize {
-        let i = if self.sweep < table.capacity() {
-            self.sweep
-        } else {
-            0
-        };
-        self.sweep = i + 1;
-        i
-    }
-}
-
 /// The table of one quota's keys (see the module documentation).
 pub(crate) struct InlineTable {
     table: Atomic<Table>,
@@ -464,256 +449,6 @@ impl InlineTable {
             table: self,
             writer: sync::lock(&self.writer),
         }
-    }
-
-    /// Links a next table to `current` and returns it, made for the keys
-    /// ([`Table::for_keys`]), with the number of old slots each writer call moves.
-    fn start<'g>(
-        &self,
-        writer: &mut Writer,
-        current: &Table,
-        guard: &'g Guard,
-    ) -> Shared<'g, Table> {
-        let keys = self.len() + 1;
-        let next = Table::for_keys(keys, self.sparse_load);
-        // Each writer call inserts at most one key: the migration must end within the
-        // inserts that keep the next table within its bound (every moved key, then `slack`
-        // new ones), however many of the old slots were tombstones.
-        let slack = next.bound.saturating_sub(keys).max(1);
-        writer.chunk = current.capacity().div_ceil(slack).max(CHUNK);
-        writer.cursor = 0;
-        let next = Owned::new(next).into_shared(guard);
-        // Release: publishes the empty slots to lookups that follow the link.
-        current.next.store(next, Ordering::Release);
-        next
-    }
-
-    /// Moves the next chunk of old slots of a migration in progress, and ends it after the last.
-    fn step(&self, writer: &mut Writer, guard: &Guard) {
-        let old_shared = self.table.load(Ordering::Relaxed, guard);
-        // SAFETY: never null; only this writer replaces it.
-        let old = unsafe { old_shared.deref() };
-        let next_shared = old.next.load(Ordering::Relaxed, guard);
-        if next_shared.is_null() {
-            return;
-        }
-        // SAFETY: linked by this writer; freed only through the epoch.
-        let next = unsafe { next_shared.deref() };
-        let end = (writer.cursor + writer.chunk).min(old.capacity());
-        for slot in &old.slots[writer.cursor..end] {
-            self.move_slot(slot, next);
-        }
-        writer.cursor = end;
-        if end == old.capacity() {
-            // Release: pairs with the Acquire in `current`.
-            self.table.store(next_shared, Ordering::Release);
-            // SAFETY: unlinked from the store; readers still probing it are pinned, and its
-            // drop frees only its own slots (its next is the current table).
-            unsafe { guard.defer_destroy(old_shared) };
-            guard.hand_over();
-            // The old table's tombstones are dropped with it; those evictions made in the
-            // next table count against its load.
-            writer.tombstones = core::mem::take(&mut writer.next_tombstones);
-            writer.cursor = 0;
-        }
-    }
-
-    /// Moves every slot of a migration in progress, ending it.
-    fn finish(&self, writer: &mut Writer, guard: &Guard) {
-        while !self
-            .current(guard)
-            .next
-            .load(Ordering::Relaxed, guard)
-            .is_null()
-        {
-            self.step(writer, guard);
-        }
-    }
-
-    /// Freezes, copies and marks one old slot (see "Growth: the migration").
-    fn move_slot(&self, slot: &Slot, next: &Table) {
-        let state = slot.state();
-        if state & LIVE == 0 || state & MOVED != 0 {
-            return;
-        }
-        slot.line(self.buckets).retire_now();
-        // Acquire: every charge and fill write the freeze ordered before is visible.
-        let mut words: [u64; RING] = core::array::from_fn(|i| slot.ring[i].load(Ordering::Acquire));
-        words[0] &= !RETIRED;
-        next.place(slot.key.load(Ordering::Relaxed), state & HASH, &words);
-        slot.set_state(state, state | MOVED);
-    }
-
-    /// Evicts `key` if its window is empty at `now`: `true` if it did. The slot becomes a
-    /// tombstone.
-    ///
-    /// A migration in progress moves its next chunk first, so that a table whose keys are
-    /// only being evicted still finishes it.
-    #[cfg(any(test, slidegate_loom))]
-    pub(crate) fn evict_idle(&self, key: u64, hash: u64, granularity: u64, now: u64) -> bool {
-        let guard = &epoch::pin();
-        let mut writer = sync::lock(&self.writer);
-        self.step(&mut writer, guard);
-        let Some(slot) = self.find(key, hash, guard) else {
-            return false;
-        };
-        let in_current = self.in_current(slot, guard);
-        self.evict_if_idle(&mut writer, slot, in_current, granularity, now)
-    }
-
-    /// Whether `slot` is in the current table; else it is in the next one (moved, or
-    /// inserted since the migration started).
-    fn in_current(&self, slot: &Slot, guard: &Guard) -> bool {
-        self.current(guard)
-            .slots
-            .as_ptr_range()
-            .contains(&(slot as *const Slot))
-    }
-
-    /// Turns a live slot into a tombstone if `retire` retires its ring, counted in its table
-    /// (the current one, or the next); `true` if it did (the writer's, under its lock).
-    fn evict_if(
-        &self,
-        writer: &mut Writer,
-        slot: &Slot,
-        in_current: bool,
-        retire: impl FnOnce(&Line<'_>) -> bool,
-    ) -> bool {
-        let state = slot.state();
-        if state & LIVE == 0 || state & MOVED != 0 || !retire(&slot.line(self.buckets)) {
-            return false;
-        }
-        slot.set_state(state, TOMBSTONE);
-        // Relaxed: written only under the writer's lock, which orders it for the writer.
-        self.len.store(self.len() - 1, Ordering::Relaxed);
-        if in_current {
-            writer.tombstones += 1;
-        } else {
-            writer.next_tombstones += 1;
-        }
-        true
-    }
-
-    /// [`InlineTable::evict_if`] a slot whose window is empty at `now`, counted as evicted.
-    fn evict_if_idle(
-        &self,
-        writer: &mut Writer,
-        slot: &Slot,
-        in_current: bool,
-        granularity: u64,
-        now: u64,
-    ) -> bool {
-        let evicted = self.evict_if(writer, slot, in_current, |line| {
-            line.retire_idle(granularity, now)
-        });
-        writer.evicted += u64::from(evicted);
-        evicted
-    }
-
-    /// Examines [`SWEEP`] slots after the sweep's cursor, evicting the keys idle for a whole
-    /// `window` already: a key in steady use, idle a moment between two checks, is not
-    /// evicted and inserted again (the store's `retire_stale`). During a migration it
-    /// walks the next table, where the keys end up: a table that grows for long keeps
-    /// migrating, and a sweep of the old one would find its slots moved.
-    fn sweep(&self, writer: &mut Writer, granularity: u64, window: u64, now: u64, guard: &Guard) {
-        let Some(then) = now.checked_sub(window) else {
-            return;
-        };
-        let current = self.current(guard);
-        let next = current.next.load(Ordering::Relaxed, guard);
-        let (table, in_current) = if next.is_null() {
-            (current, true)
-        } else {
-            // SAFETY: linked by this writer; freed only through the epoch.
-            (unsafe { next.deref() }, false)
-        };
-        // A sparse table sweeps more slots per insert, in proportion to its emptiness, so
-        // that the sweep goes round it in as many inserts per key as at load 1/2.
-        for _ in 0..(SWEEP * table.capacity() / (2 * table.bound.max(1))).max(SWEEP) {
-            let slot = &table.slots[writer.swept(table)];
-            self.evict_if_idle(writer, slot, in_current, granularity, then);
-        }
-    }
-
-    /// Frees one place for a new key at `max_keys`: the first idle key among the next
-    /// [`SAMPLE`] live slots after the sweep's cursor, else, if `force`, the least recently
-    /// active of them, retired whatever it holds (forced, counted). A migration in progress
-    /// is finished first, so that every key is in the table sampled. Returns whether it
-    /// evicted one.
-    fn make_room(
-        &self,
-        writer: &mut Writer,
-        granularity: u64,
-        now: u64,
-        force: bool,
-        guard: &Guard,
-    ) -> bool {
-        self.finish(writer, guard);
-        let table = self.current(guard);
-        let mut oldest: Option<(u64, usize)> = None;
-        let mut seen = 0;
-        for _ in 0..table.capacity() {
-            if seen == SAMPLE {
-                break;
-            }
-            let i = writer.swept(table);
-            let slot = &table.slots[i];
-            if slot.state() & LIVE == 0 {
-                continue;
-            }
-            seen += 1;
-            if self.evict_if_idle(writer, slot, true, granularity, now) {
-                return true;
-            }
-            let active = slot.line(self.buckets).last_active(granularity);
-            if oldest.is_none_or(|(a, _)| active < a) {
-                oldest = Some((active, i));
-            }
-        }
-        let Some((_, i)) = oldest.filter(|_| force) else {
-            return false;
-        };
-        let forced = self.evict_if(writer, &table.slots[i], true, |line| {
-            line.retire_now();
-            true
-        });
-        writer.forced += u64::from(forced);
-        forced
-    }
-
-    /// Evicts every key whose window is empty at `now`, [`SWEEP_CHUNK`] slots per taking of
-    /// the writer's lock, so that inserts interleave with it (checks of live keys never
-    /// wait); returns how many. A migration in progress is finished first. A key moved by a
-    /// migration that an insert starts meanwhile may be left for the next call, as today's
-    /// store leaves an entry a concurrent resize moved.
-    pub(crate) fn retain_recent(&self, granularity: u64, now: u64) -> usize {
-        let mut evicted = 0;
-        let mut start = 0;
-        loop {
-            let guard = &epoch::pin();
-            let mut writer = sync::lock(&self.writer);
-            if start == 0 {
-                self.finish(&mut writer, guard);
-            }
-            let table = self.current(guard);
-            if start >= table.capacity() {
-                return evicted;
-            }
-            let end = (start + SWEEP_CHUNK).min(table.capacity());
-            for slot in &table.slots[start..end] {
-                let idle = self.evict_if_idle(&mut writer, slot, true, granularity, now);
-                evicted += usize::from(idle);
-            }
-            start = end;
-        }
-    }
-
-    /// Moves every slot of a migration in progress (for the tests).
-    #[cfg(test)]
-    pub(crate) fn finish_migration(&self) {
-        let guard = &epoch::pin();
-        let mut writer = sync::lock(&self.writer);
-        self.finish(&mut writer, guard);
     }
 
     /// The writer's count of live slots and tombstones in the current table, and the same
@@ -958,6 +693,8 @@ impl Drop for InlineTable {
     }
 }
 
+mod eviction;
+mod migration;
 #[cfg(all(test, not(slidegate_loom)))]
 mod tests;
 
