@@ -77,6 +77,9 @@
 //! does, and only then marks the slot a tombstone. No key ever has two live slots: the writer
 //! inserts a key only after looking it up under its lock, in every table a lookup would
 //! reach.
+//!
+//! [`SWEEP`]: super::eviction::SWEEP
+//! [`SAMPLE`]: super::eviction::SAMPLE
 
 use crate::algo::sliding_counter::CounterRule;
 #[cfg(any(test, slidegate_loom))]
@@ -106,14 +109,6 @@ const HASH: u32 = MOVED - 1;
 
 /// A tombstone's state.
 const TOMBSTONE: u32 = 1;
-
-/// Slots an insert examines for keys idle a whole window, so that churn is reclaimed as it
-/// happens (the store's number), in a table at load 1/2 or above; a sparser table examines
-/// proportionally more.
-const SWEEP: usize = 4;
-
-/// Live slots an insert at `max_keys` examines for an idle key before forcing one out.
-const SAMPLE: usize = 16;
 
 /// Slots [`InlineTable::retain_recent`] examines per taking of the writer's lock.
 const SWEEP_CHUNK: usize = 256;
@@ -363,6 +358,8 @@ impl InlineTable {
     /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
     /// would not share the line (the limiter makes a table only for a quota that
     /// [`Line::fits`]).
+    ///
+    /// [`SAMPLE`]: super::eviction::SAMPLE
     pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable {
         InlineTable::with_load(buckets, max_keys, SPARSE_LOAD)
     }
@@ -643,6 +640,8 @@ impl Placing<'_> {
     /// returned so that the key's state can be copied where it goes
     /// ([`line::copy_to_ring`]); [`Placing::bury`] then ends it, once the key's new window
     /// is published (a lookup that found neither would take the key for absent).
+    ///
+    /// [`line::copy_to_ring`]: crate::window::line::copy_to_ring
     pub(crate) fn retire<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
         let slot = self.find(key, hash, guard)?;
         slot.line(self.table.buckets).retire_now();
@@ -663,6 +662,8 @@ impl Placing<'_> {
     /// Frees one place for a key of a limiter whose keys are also held elsewhere, at their
     /// joint bound: an idle key among the next [`SAMPLE`], else, if `force`, the least
     /// recently active of them. Returns whether it evicted one.
+    ///
+    /// [`SAMPLE`]: super::eviction::SAMPLE
     pub(crate) fn make_room(
         &mut self,
         granularity: u64,

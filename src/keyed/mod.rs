@@ -16,6 +16,7 @@
 
 mod builder;
 pub(crate) mod entry;
+mod eviction;
 pub(crate) mod inline;
 mod key_limit;
 mod overrides;

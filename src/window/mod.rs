@@ -5,7 +5,7 @@
 //! - [`cum`]: the state word the cells share, and its retired flag.
 //! - [`ring`]: the cumulative counter and snapshot ring, and [`counter`], its checks under
 //!   the sliding-window counter's rule (Strict, Weighted) and the fixed window's.
-//! - [`line`]: the one-word ring of the inline store's table, and [`line_counter`], its
+//! - [`line`](mod@line): the one-word ring of the inline store's table, and [`line_counter`], its
 //!   checks under the same rules.
 //! - [`log`]: the exact sliding log, a ring of the last `L` admission times.
 //! - [`gcra`]: GCRA's theoretical arrival time in one word.

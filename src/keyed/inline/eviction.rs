@@ -5,7 +5,8 @@ use crate::sync::epoch::{self, Guard};
 use crate::sync::{self, Ordering};
 use crate::window::line::Line;
 
-use super::{InlineTable, LIVE, MOVED, SAMPLE, SWEEP, SWEEP_CHUNK, Slot, TOMBSTONE, Table, Writer};
+use super::{InlineTable, LIVE, MOVED, SWEEP_CHUNK, Slot, TOMBSTONE, Table, Writer};
+use crate::keyed::eviction::{self, SWEEP};
 
 impl Writer {
     /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
@@ -88,11 +89,10 @@ impl InlineTable {
         evicted
     }
 
-    /// Examines [`SWEEP`] slots after the sweep's cursor, evicting the keys idle for a whole
-    /// `window` already: a key in steady use, idle a moment between two checks, is not
-    /// evicted and inserted again (the store's `retire_stale`). During a migration it
-    /// walks the next table, where the keys end up: a table that grows for long keeps
-    /// migrating, and a sweep of the old one would find its slots moved.
+    /// The policy's sweep ([`eviction::sweep`]): the keys idle for a whole `window` already
+    /// among the slots after the sweep's cursor are evicted. During a migration it walks the
+    /// next table, where the keys end up: a table that grows for long keeps migrating, and a
+    /// sweep of the old one would find its slots moved.
     pub(super) fn sweep(
         &self,
         writer: &mut Writer,
@@ -101,9 +101,9 @@ impl InlineTable {
         now: u64,
         guard: &Guard,
     ) {
-        let Some(then) = now.checked_sub(window) else {
+        if now < window {
             return;
-        };
+        }
         let current = self.current(guard);
         let next = current.next.load(Ordering::Relaxed, guard);
         let (table, in_current) = if next.is_null() {
@@ -114,17 +114,23 @@ impl InlineTable {
         };
         // A sparse table sweeps more slots per insert, in proportion to its emptiness, so
         // that the sweep goes round it in as many inserts per key as at load 1/2.
-        for _ in 0..(SWEEP * table.capacity() / (2 * table.bound.max(1))).max(SWEEP) {
-            let slot = &table.slots[writer.swept(table)];
-            self.evict_if_idle(writer, slot, in_current, granularity, then);
-        }
+        let count = (SWEEP * table.capacity() / (2 * table.bound.max(1))).max(SWEEP);
+        let mut slots = Evicting {
+            inline: self,
+            writer,
+            table,
+            in_current,
+            granularity,
+            window,
+        };
+        eviction::sweep(&mut slots, count, now);
     }
 
-    /// Frees one place for a new key at `max_keys`: the first idle key among the next
-    /// [`SAMPLE`] live slots after the sweep's cursor, else, if `force`, the least recently
-    /// active of them, retired whatever it holds (forced, counted). A migration in progress
-    /// is finished first, so that every key is in the table sampled. Returns whether it
-    /// evicted one.
+    /// Frees one place for a new key at `max_keys` ([`eviction::make_room`]): the first idle
+    /// key among the next [`SAMPLE`](eviction::SAMPLE) live slots after the sweep's cursor,
+    /// else, if `force`, the least recently active of them, retired whatever it holds
+    /// (forced, counted). A migration in progress is finished first, so that every key is
+    /// in the table sampled. Returns whether it evicted one.
     pub(super) fn make_room(
         &self,
         writer: &mut Writer,
@@ -134,36 +140,8 @@ impl InlineTable {
         guard: &Guard,
     ) -> bool {
         self.finish(writer, guard);
-        let table = self.current(guard);
-        let mut oldest: Option<(u64, usize)> = None;
-        let mut seen = 0;
-        for _ in 0..table.capacity() {
-            if seen == SAMPLE {
-                break;
-            }
-            let i = writer.swept(table);
-            let slot = &table.slots[i];
-            if slot.state() & LIVE == 0 {
-                continue;
-            }
-            seen += 1;
-            if self.evict_if_idle(writer, slot, true, granularity, now) {
-                return true;
-            }
-            let active = slot.line(self.buckets).last_active(granularity);
-            if oldest.is_none_or(|(a, _)| active < a) {
-                oldest = Some((active, i));
-            }
-        }
-        let Some((_, i)) = oldest.filter(|_| force) else {
-            return false;
-        };
-        let forced = self.evict_if(writer, &table.slots[i], true, |line| {
-            line.retire_now();
-            true
-        });
-        writer.forced += u64::from(forced);
-        forced
+        let mut slots = self.evicting(writer, granularity, guard);
+        eviction::make_room(&mut slots, now, force)
     }
 
     /// Evicts every key whose window is empty at `now`, [`SWEEP_CHUNK`] slots per taking of
@@ -172,24 +150,92 @@ impl InlineTable {
     /// migration that an insert starts meanwhile may be left for the next call, as today's
     /// store leaves an entry a concurrent resize moved.
     pub(crate) fn retain_recent(&self, granularity: u64, now: u64) -> usize {
-        let mut evicted = 0;
-        let mut start = 0;
-        loop {
+        eviction::retain_recent(SWEEP_CHUNK, |start, chunk| {
             let guard = &epoch::pin();
             let mut writer = sync::lock(&self.writer);
             if start == 0 {
                 self.finish(&mut writer, guard);
             }
-            let table = self.current(guard);
-            if start >= table.capacity() {
-                return evicted;
-            }
-            let end = (start + SWEEP_CHUNK).min(table.capacity());
-            for slot in &table.slots[start..end] {
-                let idle = self.evict_if_idle(&mut writer, slot, true, granularity, now);
-                evicted += usize::from(idle);
-            }
-            start = end;
+            let mut slots = self.evicting(&mut writer, granularity, guard);
+            (start < slots.table.capacity())
+                .then(|| eviction::evict_idle_in(&mut slots, start..start + chunk, now))
+        })
+    }
+
+    /// The current table's slots as the eviction policy sees them, under the writer's lock
+    /// (no migration in progress: the caller finished it).
+    fn evicting<'a>(
+        &'a self,
+        writer: &'a mut Writer,
+        granularity: u64,
+        guard: &'a Guard,
+    ) -> Evicting<'a> {
+        Evicting {
+            inline: self,
+            writer,
+            table: self.current(guard),
+            in_current: true,
+            granularity,
+            window: granularity.saturating_mul(self.buckets),
         }
+    }
+}
+
+/// An inline table under its writer's lock, as the eviction policy sees it: `table` (the
+/// current one, or during a migration the next one), and the quota's bucket length and
+/// window.
+struct Evicting<'a> {
+    inline: &'a InlineTable,
+    writer: &'a mut Writer,
+    table: &'a Table,
+    in_current: bool,
+    granularity: u64,
+    window: u64,
+}
+
+impl eviction::Slots for Evicting<'_> {
+    /// When the key was last active: the least recently active goes.
+    type Rank = u64;
+
+    fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
+    fn next(&mut self) -> usize {
+        self.writer.swept(self.table)
+    }
+
+    fn is_live(&self, i: usize) -> bool {
+        self.table.slots[i].state() & LIVE != 0
+    }
+
+    fn evict_if_idle(&mut self, i: usize, now: u64) -> bool {
+        let slot = &self.table.slots[i];
+        self.inline
+            .evict_if_idle(self.writer, slot, self.in_current, self.granularity, now)
+    }
+
+    /// Idle for a whole window: its window empty a window ago.
+    fn evict_if_stale(&mut self, i: usize, now: u64) -> bool {
+        now.checked_sub(self.window)
+            .is_some_and(|then| self.evict_if_idle(i, then))
+    }
+
+    fn rank(&self, i: usize) -> u64 {
+        self.table.slots[i]
+            .line(self.inline.buckets)
+            .last_active(self.granularity)
+    }
+
+    fn force_out(&mut self, i: usize) -> bool {
+        let slot = &self.table.slots[i];
+        let forced = self
+            .inline
+            .evict_if(self.writer, slot, self.in_current, |line| {
+                line.retire_now();
+                true
+            });
+        self.writer.forced += u64::from(forced);
+        forced
     }
 }
