@@ -38,9 +38,6 @@ pub(super) trait Slots {
     /// The slot the cursor is at, the cursor moved past it (wrapping at the table's end).
     fn next(&mut self) -> usize;
 
-    /// Whether slot `i` holds a key.
-    fn is_live(&self, i: usize) -> bool;
-
     /// Evicts the key in slot `i` if it is idle at `now` (counted as evicted): whether it
     /// did.
     fn evict_if_idle(&mut self, i: usize, now: u64) -> bool;
@@ -49,12 +46,24 @@ pub(super) trait Slots {
     /// sweep's test, counted as evicted).
     fn evict_if_stale(&mut self, i: usize, now: u64) -> bool;
 
-    /// The rank of the live key in slot `i`.
-    fn rank(&self, i: usize) -> Self::Rank;
+    /// Slot `i` as the search for room at `max_keys` sees it: empty, its key evicted as
+    /// idle at `now` ([`Slots::evict_if_idle`]), or its key kept, with its rank. One call
+    /// per slot, so that a store finds the slot once.
+    fn sample(&mut self, i: usize, now: u64) -> Sampled<Self::Rank>;
 
     /// Evicts the live key in slot `i` whatever its window holds (counted as forced):
     /// whether it did.
     fn force_out(&mut self, i: usize) -> bool;
+}
+
+/// What [`Slots::sample`] found in a slot.
+pub(super) enum Sampled<R> {
+    /// No key.
+    Empty,
+    /// A key idle at the sample's time, now evicted.
+    Evicted,
+    /// A key not idle, and its rank.
+    Kept(R),
 }
 
 /// An insert's sweep: the next `count` slots after the cursor (at least [`SWEEP`]; a store
@@ -78,16 +87,15 @@ pub(super) fn make_room<T: Slots>(slots: &mut T, now: u64, force: bool) -> bool 
             break;
         }
         let i = slots.next();
-        if !slots.is_live(i) {
-            continue;
-        }
-        seen += 1;
-        if slots.evict_if_idle(i, now) {
-            return true;
-        }
-        let rank = slots.rank(i);
-        if least.is_none_or(|(r, _)| rank < r) {
-            least = Some((rank, i));
+        match slots.sample(i, now) {
+            Sampled::Empty => continue,
+            Sampled::Evicted => return true,
+            Sampled::Kept(rank) => {
+                seen += 1;
+                if least.is_none_or(|(r, _)| rank < r) {
+                    least = Some((rank, i));
+                }
+            }
         }
     }
     match least.filter(|_| force) {

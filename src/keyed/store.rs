@@ -59,7 +59,7 @@ use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::window::state::{Shape, State};
 
 use super::entry::{ENTRY_ALIGN, Entry};
-use super::eviction::{self, SWEEP};
+use super::eviction::{self, SWEEP, Sampled};
 use super::pool::{self, Array};
 
 /// The tag that marks a null slot as a tombstone.
@@ -482,6 +482,7 @@ where
     }
 
     /// Retires and unlinks the entry in slot `i` if it is idle at `now`.
+    #[inline]
     fn evict_if_idle(
         &self,
         writer: &mut Writer,
@@ -494,6 +495,7 @@ where
     }
 
     /// Unlinks the entry in slot `i` if `retire` retires its state (an idle retirement).
+    #[inline]
     fn evict_if(
         &self,
         writer: &mut Writer,
@@ -609,27 +611,25 @@ where
     /// it had just made, forgetting its own admission.
     type Rank = (bool, u64);
 
+    #[inline]
     fn capacity(&self) -> usize {
         self.table.mask + 1
     }
 
+    #[inline]
     fn next(&mut self) -> usize {
         let i = self.writer.cursor & self.table.mask;
         self.writer.cursor = self.writer.cursor.wrapping_add(1);
         i
     }
 
-    fn is_live(&self, i: usize) -> bool {
-        !self.table.slots[i]
-            .load(Ordering::Relaxed, self.guard)
-            .is_null()
-    }
-
+    #[inline]
     fn evict_if_idle(&mut self, i: usize, now: u64) -> bool {
         self.store
             .evict_if_idle(self.writer, self.table, i, now, self.guard)
     }
 
+    #[inline]
     fn evict_if_stale(&mut self, i: usize, now: u64) -> bool {
         self.store
             .evict_if(self.writer, self.table, i, self.guard, |state| {
@@ -637,17 +637,25 @@ where
             })
     }
 
-    fn rank(&self, i: usize) -> (bool, u64) {
+    #[inline]
+    fn sample(&mut self, i: usize, now: u64) -> Sampled<(bool, u64)> {
         let slot = self.table.slots[i].load(Ordering::Relaxed, self.guard);
-        // SAFETY: as in `get`; only this writer unlinks, and it did not (the policy ranks
-        // only a live slot).
+        if slot.is_null() {
+            return Sampled::Empty;
+        }
+        if self.evict_if_idle(i, now) {
+            return Sampled::Evicted;
+        }
+        // SAFETY: as in `get`; only this writer unlinks, and it did not.
         let state = unsafe { slot.deref() }.state();
-        (state.holds_reservation(), state.last_active())
+        Sampled::Kept((state.holds_reservation(), state.last_active()))
     }
 
+    #[inline]
     fn force_out(&mut self, i: usize) -> bool {
         let slot = self.table.slots[i].load(Ordering::Relaxed, self.guard);
-        // SAFETY: as in `rank`.
+        // SAFETY: as in `get`; the policy forces out a key it sampled live, and only this
+        // writer unlinks.
         let entry = unsafe { slot.deref() };
         entry.state().retire_now();
         self.store

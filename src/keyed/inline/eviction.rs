@@ -6,7 +6,7 @@ use crate::sync::{self, Ordering};
 use crate::window::line::Line;
 
 use super::{InlineTable, LIVE, MOVED, SWEEP_CHUNK, Slot, TOMBSTONE, Table, Writer};
-use crate::keyed::eviction::{self, SWEEP};
+use crate::keyed::eviction::{self, SWEEP, Sampled};
 
 impl Writer {
     /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
@@ -197,18 +197,17 @@ impl eviction::Slots for Evicting<'_> {
     /// When the key was last active: the least recently active goes.
     type Rank = u64;
 
+    #[inline]
     fn capacity(&self) -> usize {
         self.table.capacity()
     }
 
+    #[inline]
     fn next(&mut self) -> usize {
         self.writer.swept(self.table)
     }
 
-    fn is_live(&self, i: usize) -> bool {
-        self.table.slots[i].state() & LIVE != 0
-    }
-
+    #[inline]
     fn evict_if_idle(&mut self, i: usize, now: u64) -> bool {
         let slot = &self.table.slots[i];
         self.inline
@@ -216,17 +215,26 @@ impl eviction::Slots for Evicting<'_> {
     }
 
     /// Idle for a whole window: its window empty a window ago.
+    #[inline]
     fn evict_if_stale(&mut self, i: usize, now: u64) -> bool {
         now.checked_sub(self.window)
             .is_some_and(|then| self.evict_if_idle(i, then))
     }
 
-    fn rank(&self, i: usize) -> u64 {
-        self.table.slots[i]
-            .line(self.inline.buckets)
-            .last_active(self.granularity)
+    #[inline]
+    fn sample(&mut self, i: usize, now: u64) -> Sampled<u64> {
+        let slot = &self.table.slots[i];
+        if slot.state() & LIVE == 0 {
+            return Sampled::Empty;
+        }
+        let (inline, granularity) = (self.inline, self.granularity);
+        if inline.evict_if_idle(self.writer, slot, self.in_current, granularity, now) {
+            return Sampled::Evicted;
+        }
+        Sampled::Kept(slot.line(inline.buckets).last_active(granularity))
     }
 
+    #[inline]
     fn force_out(&mut self, i: usize) -> bool {
         let slot = &self.table.slots[i];
         let forced = self
