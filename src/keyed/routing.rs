@@ -144,12 +144,12 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// A check of `n` (valid under `rule`) on a key of the inline table's shape whose word
-    /// is `word`, on the line ring's fast path ([`line_counter::charge_fast`]): the decision, or what the
-    /// general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's live slot
-    /// and the clock reading judged at, if the lookup found one). Apart from the general
-    /// path's, so that the caller returns this decision straight from the registers it was
-    /// built in: where the two paths' decisions met in one stack slot, the caller copied it
-    /// with wide loads over narrow stores (`sync::copy_by_words`).
+    /// is `word`, on the line ring's fast path ([`line_counter::charge_fast`]): the decision,
+    /// or what the general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's
+    /// live slot and the clock reading judged at, if the lookup found one). Apart from the
+    /// general path's, so that the caller returns this decision straight from the registers
+    /// it was built in: where the two paths' decisions met in one stack slot, the caller
+    /// copied it with wide loads over narrow stores (`sync::copy_by_words`).
     #[inline]
     pub(super) fn acquire_line<'g>(
         &self,

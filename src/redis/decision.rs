@@ -10,9 +10,12 @@ use crate::decision::Decision;
 pub enum Path {
     /// The script on the Redis server.
     Redis,
-    /// A lease this process holds (see [`RedisLimiterBuilder::leases`](super::RedisLimiterBuilder::leases)).
+    /// A lease this process holds (see [`RedisLimiterBuilder::leases`]).
+    ///
+    /// [`RedisLimiterBuilder::leases`]: super::RedisLimiterBuilder::leases
     Lease,
-    /// [`Policy::Local`](super::Policy::Local): the local fallback quota, Redis being unavailable.
+    /// [`Policy::Local`](super::Policy::Local): the local fallback quota, Redis being
+    /// unavailable.
     Fallback,
     /// [`Policy::Allow`](super::Policy::Allow), Redis being unavailable.
     PolicyAllow,
@@ -55,8 +58,11 @@ impl RedisDecision {
     }
 
     /// The decision: allowed or not, `remaining`, `retry_after`, `reset_after`, as a local
-    /// limiter's. A decision of [`Policy::Allow`](super::Policy::Allow) or [`Policy::Deny`](super::Policy::Deny) reports `remaining` 0
+    /// limiter's. A decision of [`Policy::Allow`] or [`Policy::Deny`] reports `remaining` 0
     /// and, when denied, a `retry_after` of the breaker's cool-down.
+    ///
+    /// [`Policy::Allow`]: super::Policy::Allow
+    /// [`Policy::Deny`]: super::Policy::Deny
     pub fn decision(&self) -> Decision {
         self.decision
     }

@@ -12,7 +12,7 @@
 //!   charged never breaks the arrival-time rule); it ends after `LeaseConfig::max_duration`.
 //! - **Unused units go back** when the lease ends: the next renewal for the key carries the
 //!   release in the same script call, which removes them from the bucket they were charged
-//!   in (as if never admitted); [`RedisLimiter::return_leases`](super::RedisLimiter::return_leases) does it at once.
+//!   in (as if never admitted); [`RedisLimiter::return_leases`] does it at once.
 //! - **The price** is requests denied elsewhere while units sit unused in leases: at most
 //!   `LeaseConfig::max` per process per key, so `processes × max` in all.
 //! - **Adaptive size.** A key's lease starts at one unit; a lease used up while still valid
@@ -26,6 +26,8 @@
 //! - **Failures never over-admit.** If a renewal fails or its answer is lost, the old lease's
 //!   units are not given back (the script may have done it already, and giving back twice
 //!   would over-admit): they stay counted until they leave the window, as admissions.
+//!
+//! [`RedisLimiter::return_leases`]: super::RedisLimiter::return_leases
 
 use std::collections::HashMap;
 use std::sync::Arc;

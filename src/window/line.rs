@@ -215,7 +215,9 @@ impl LineReading<'_> {
 /// `None` if the reading is torn, when the slot holds another bucket's snapshot (a fill
 /// moved the ring since the word was loaded) or one past the count (a refund raised it, only
 /// possible if the count moved since): the reader reads again. [`LineReading::tail`]'s and
-/// [`charge_fast`](super::line_counter::charge_fast)'s.
+/// [`charge_fast`]'s.
+///
+/// [`charge_fast`]: super::line_counter::charge_fast
 #[inline(always)]
 fn tail_under(count: u32, k: u64, slot: u64) -> Option<u64> {
     let snapshot = Compact::snapshot_of(slot);
@@ -223,10 +225,12 @@ fn tail_under(count: u32, k: u64, slot: u64) -> Option<u64> {
         .then(|| u64::from(Compact::since(count, snapshot)))
 }
 
-/// [`charge_fast`](super::line_counter::charge_fast)'s tail of `bucket`, whose snapshot is in slot `index` (`bucket mod
+/// [`charge_fast`]'s tail of `bucket`, whose snapshot is in slot `index` (`bucket mod
 /// (N + 1)`), under the word's `count`, loaded when a judgement needs it. A type of its own
 /// rather than a closure, so that its load is always inlined: the closures, each passed to
 /// two judgements, were called out of line.
+///
+/// [`charge_fast`]: super::line_counter::charge_fast
 #[derive(Clone, Copy)]
 pub(super) struct SlotTail<'l> {
     pub(super) line: &'l Line<'l>,
