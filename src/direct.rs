@@ -334,12 +334,12 @@ impl<C: Clock> SlidingWindow<C> {
     fn acquire_slow(&self, n: u64, loads: Option<Loads>) -> Decision {
         match charge_loop(
             self.ring(),
-            loads.as_ref().map(sync::relayed),
+            loads.as_ref().map(sync::copy_by_words),
             &self.rule.counter,
             || self.clock.now().0,
             n,
         ) {
-            Some(decision) => sync::relayed(&decision),
+            Some(decision) => sync::copy_by_words(&decision),
             None => unreachable!("a direct limiter's state is never retired"),
         }
     }
@@ -395,7 +395,7 @@ impl<C: Clock> sealed::Reserve for SlidingWindow<C> {
         n: u64,
         op: Op,
         _pin: &'g OnceCell<Guard>,
-        held: &mut sealed::Held<'g>,
+        held: &mut sealed::ReservedCosts<'g>,
     ) -> Result<sealed::Judged, CostError> {
         self.rule.validate(n)?;
         match multi::judge_on(self.state(), &self.rule, &self.clock, n, op, held) {

@@ -142,7 +142,7 @@ pub mod __private {
 
     /// The inline store's one-word ring, for its loom models (`loom-tests/tests/line_*.rs`).
     #[cfg(slidegate_loom)]
-    pub use crate::window::line::LoomLine;
+    pub use crate::window::line_counter::LoomLine;
 
     /// The inline store's table, for its loom models (`loom-tests/tests/inline_*.rs`).
     #[cfg(slidegate_loom)]

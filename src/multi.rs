@@ -94,7 +94,7 @@ pub(crate) mod sealed {
     /// at `clock`.
     #[inline]
     pub(crate) fn hold<'g>(
-        held: &mut Held<'g>,
+        held: &mut ReservedCosts<'g>,
         n: u64,
         state: State<'g>,
         ticket: u64,
@@ -109,7 +109,7 @@ pub(crate) mod sealed {
     }
 
     /// The reservations a [`check_all`](super::check_all) holds, each with its cost.
-    pub type Held<'g> = Vec<(Reserved<'g>, u64)>;
+    pub type ReservedCosts<'g> = Vec<(Reserved<'g>, u64)>;
 
     /// A reservation held by [`check_all`](super::check_all).
     #[derive(Clone, Copy)]
@@ -140,7 +140,7 @@ pub(crate) mod sealed {
             n: u64,
             op: Op,
             pin: &'g OnceCell<Guard>,
-            held: &mut Held<'g>,
+            held: &mut ReservedCosts<'g>,
         ) -> Result<Judged, CostError>;
 
         /// Reserves cost `n` if allowed, as [`Reserve::judge_cost`] with [`Op::Reserve`]
@@ -150,7 +150,7 @@ pub(crate) mod sealed {
             &'g self,
             n: u64,
             pin: &'g OnceCell<Guard>,
-            held: &mut Held<'g>,
+            held: &mut ReservedCosts<'g>,
         ) -> Result<Judged, CostError> {
             self.judge_cost(n, Op::Reserve, pin, held)
         }
@@ -174,7 +174,7 @@ pub(crate) mod sealed {
     }
 }
 
-use sealed::{Held, Judged, Taken};
+use sealed::{Judged, ReservedCosts, Taken};
 
 /// One limit a request can be checked against with [`check_all`]: a
 /// [`SlidingWindow`](crate::SlidingWindow), or one key of a
@@ -392,7 +392,7 @@ fn make_deferred<'g>(
     for &i in deferred {
         let (limit, n) = limits[i];
         let total = listing(limits, i).map_or(n, |listing| listing.total);
-        let judged = limit.judge_cost(total, Op::Peek, pin, &mut Held::new())?;
+        let judged = limit.judge_cost(total, Op::Peek, pin, &mut ReservedCosts::new())?;
         if !judged.decision.is_allowed() {
             return Ok(Some((i, judged.decision)));
         }
@@ -412,7 +412,7 @@ fn make_deferred<'g>(
 /// no reservation holding room forever. [`Reservations::commit`] settles them all.
 struct Reservations<'g> {
     /// Each reservation and its cost.
-    entries: Held<'g>,
+    entries: ReservedCosts<'g>,
     /// How many, from the front, are settled.
     settled: usize,
 }
@@ -539,7 +539,7 @@ fn reject_repeated_overflow(
             Some(l) if l.entries > 1 && l.zero => return Err(CostError::Zero),
             // The limit validates the sum like any cost: `ExceedsLimit { cost: total, .. }`.
             Some(l) if l.entries > 1 => {
-                limit.judge_cost(l.total, Op::Peek, pin, &mut Held::new())?;
+                limit.judge_cost(l.total, Op::Peek, pin, &mut ReservedCosts::new())?;
             }
             _ => {}
         }
@@ -580,7 +580,7 @@ fn denial(
             // Judged before with this call's reservations counted (an entry before the
             // denier, or a limit listed again), or not at all (after it).
             limit
-                .judge_cost(listing.total, Op::Peek, pin, &mut Held::new())?
+                .judge_cost(listing.total, Op::Peek, pin, &mut ReservedCosts::new())?
                 .decision
         };
         remaining = remaining.min(d.remaining());
@@ -607,7 +607,7 @@ pub(crate) fn judge_on<'r>(
     clock: &'r dyn Clock,
     n: u64,
     op: Op,
-    held: &mut Held<'r>,
+    held: &mut ReservedCosts<'r>,
 ) -> Option<Judged> {
     debug_assert!(op != Op::Charge, "check_all peeks and reserves");
     // Spelled out so that the compiler sees no charge here and leaves the charge path out.

@@ -41,7 +41,7 @@ pub enum Mode {
     /// Strict with last-admission marks: counts the oldest bucket whole, as Strict does,
     /// unless its last admission has left the window, and then not at all. Never admits
     /// more than `limit` in any interval of length `window`, and denies early only while the
-    /// oldest bucket's last admission is still inside it (up to `⌈G / 255⌉` later, the mark's
+    /// oldest bucket's last admission is still inside it (up to `⌈G / 254⌉` later, the mark's
     /// precision), where Strict denies until the whole bucket has left. Same memory as
     /// Strict; an admission records its time in its bucket's slot when that moves its mark.
     StrictMarked,

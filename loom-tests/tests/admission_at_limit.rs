@@ -1,4 +1,4 @@
-// Model 1 — concurrent admission at the limit.
+// Sliding counter — concurrent admission at the limit.
 //
 // Proves: when more is asked for than the limit allows, at one instant, the compare-and-swap
 // on `cum` admits exactly up to the limit: the number admitted is exactly what a sequential

@@ -1,4 +1,4 @@
-// Model 3 — the denial path writes nothing, and a peek never charges.
+// Sliding counter — the denial path writes nothing, and a peek never charges.
 //
 // Proves: a check that is denied while other threads are admitted (and while a peek reads)
 // leaves `admitted_total()` equal to the sum of the allowed costs, and no observer — a peek,

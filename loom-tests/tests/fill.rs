@@ -1,4 +1,4 @@
-// Model 4 — the window-sum structure and the fill protocol.
+// Sliding counter — the window-sum structure and the fill protocol.
 //
 // Proves: when threads are the first to see a new bucket — including a jump of more than N
 // buckets, which resets the whole window in one fill — they claim one goal, establish each

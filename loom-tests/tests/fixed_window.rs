@@ -1,4 +1,4 @@
-// Model — the fixed window's admission racing rotation, through the counter's fast path.
+// Fixed window — admission racing rotation, through the counter's fast path.
 //
 // Proves: with the clock crossing from one fixed window into the next while two threads check
 // a limiter of L = 2 whose first window holds one unit, every call is judged in one window

@@ -16,9 +16,9 @@
 // bucket's slot once per tail (a refund raises the newer snapshots first and the oldest
 // last: one tail would count the refund and another not).
 //
-// Checked in scratch builds: with the tag check removed from `Line::fast`'s loads, the
-// fill model fails; with `LineReading::tail` loading the oldest slot on every call, the
-// third model fails (a denial whose `reset_after` is 0).
+// Checked in scratch builds: with the tag check removed from `line_counter::charge_fast`'s
+// loads, the fill model fails; with `LineReading::tail` loading the oldest slot on every
+// call, the third model fails (a denial whose `reset_after` is 0).
 #![cfg(slidegate_loom)]
 
 use std::sync::Arc;

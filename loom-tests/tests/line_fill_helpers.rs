@@ -18,9 +18,9 @@
 //
 // Checked in scratch builds: without the re-load in `Line::fill`, the model fails (a slot
 // of the second window tagged with the first fill's bucket); with the claim leaving the
-// flag clear, it fails with the livelock; with the fast path (`Line::fast`) not declining a
-// flagged word, it fails too (an admission lands between the fill's first and second slot,
-// and the helper that finishes the fill counts it in the oldest bucket).
+// flag clear, it fails with the livelock; with the fast path (`line_counter::charge_fast`)
+// not declining a flagged word, it fails too (an admission lands between the fill's first
+// and second slot, and the helper that finishes the fill counts it in the oldest bucket).
 #![cfg(slidegate_loom)]
 
 use std::sync::Arc;

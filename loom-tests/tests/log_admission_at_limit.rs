@@ -1,4 +1,4 @@
-// Exact log, model 1 — concurrent admission at the limit.
+// Exact log — concurrent admission at the limit.
 //
 // Proves: three threads `check()` at one instant against an exact log with L = 2: at most 2
 // are admitted; `admitted_total()` equals the number admitted (none lost, none phantom); the

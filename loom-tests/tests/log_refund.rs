@@ -1,4 +1,4 @@
-// Exact log, model 4 — a refund racing a check whose clock reads behind it.
+// Exact log — a refund racing a check whose clock reads behind it.
 //
 // Proves: L = 2 with units at 0 and 5 ns (W = 10); a `refund(1)` at 12 and a `check_n(2)` by
 // a thread whose clock lags 3 ns (it reads 9): the refund frees exactly one unit, and the

@@ -1,4 +1,4 @@
-// Exact log, model 3 — `check_all`'s reservation (committed, or released when another limit
+// Exact log — `check_all`'s reservation (committed, or released when another limit
 // denies) racing a plain check on the same exact log, L = 1.
 //
 // Proves: a reservation holds its room (a committed reservation and a charge are never both

@@ -1,4 +1,4 @@
-// Exact log, model 5 — a keyed check racing the idle retirement and reclamation of the
+// Exact log — a keyed check racing the idle retirement and reclamation of the
 // key's log.
 //
 // Proves the log's retirement protocol (`window/log.rs`, "Retirement"): a key's log holds

@@ -1,4 +1,4 @@
-// Exact log, model 2 — admission racing a stalled writer while its slot is reused.
+// Exact log — admission racing a stalled writer while its slot is reused.
 //
 // Proves: L = 1 (one slot, reused by every admission), a unit admitted at 0, one thread
 // moving the clock to 10 ns (= W) while two threads `check()`: whichever of them is held

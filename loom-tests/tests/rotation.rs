@@ -1,4 +1,4 @@
-// Model 2 — admission racing bucket rotation.
+// Sliding counter — admission racing bucket rotation.
 //
 // Proves: while one thread moves the clock across a bucket boundary and then across a whole
 // window, concurrent checks (which fill the ring's new buckets, help each other's fills and

@@ -346,8 +346,8 @@ impl CounterRule {
     /// general path (a failed charge included). Strict, every quota's mode unless it asks for
     /// another, is judged on a branch of its own, its admission's decision made after the
     /// charge: through the two judgements in turn its denial dispatched on the kind twice (a
-    /// jump table, then a branch) and compared `all + n` with the limit twice, 19 of a keyed
-    /// denial's 310 instructions and 8 of an admission's 258 (callgrind).
+    /// jump table, then a branch) and compared `all + n` with the limit twice, work that
+    /// showed in callgrind's counts of a keyed check (`keyed_denied`, `keyed_allowed`).
     #[inline(always)]
     pub(crate) fn judge_fast_and_charge(
         &self,

@@ -12,12 +12,23 @@
 //! 999999999999999; every duration is written in whole seconds, rounded up.
 
 use core::time::Duration;
+use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 
 use crate::http::{RATELIMIT, RATELIMIT_POLICY};
+
+/// A policy's fixed description: its name in the header fields and in metrics and traces.
+/// Public in a private module, as the sealed traits that hand it out need.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// The name as written in the header fields: a Structured Field String.
+    pub(crate) field: String,
+    /// The name as given, for metrics and traces.
+    pub(crate) name: Arc<str>,
+}
 
 /// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1).
 pub(crate) const SF_INTEGER_MAX: u64 = 999_999_999_999_999;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::StatusCode;
 
 use crate::clock::Clock;
-use crate::http::headers::sf_string;
+use crate::http::headers::{Meta, sf_string};
 use crate::http::key::{Global, KeyError, KeyExtractor, RequestHead};
 use crate::{CostError, Decision, KeyedLimiter, Limit, Quota, SlidingWindow, check_all};
 
@@ -225,15 +225,6 @@ pub(crate) mod sealed {
         }
     }
 
-    /// A policy's fixed description.
-    #[derive(Clone, Debug)]
-    pub struct Meta {
-        /// The name as written in the header fields: a Structured Field String.
-        pub(crate) field: String,
-        /// The name as given, for metrics and traces.
-        pub(crate) name: Arc<str>,
-    }
-
     /// A request denied because a policy's key could not be extracted.
     #[derive(Clone, Copy, Debug)]
     pub struct Refused {
@@ -389,7 +380,7 @@ pub(crate) mod sealed {
     }
 }
 
-pub(crate) use sealed::{Meta, Now, Refused, Report, Reports, Verdict};
+pub(crate) use sealed::{Now, Refused, Report, Reports, Verdict};
 
 /// The policies a [`RateLimitLayer`](crate::http::RateLimitLayer) enforces: one [`Policy`],
 /// or an [`All`] of several.

@@ -57,9 +57,9 @@ pub use limiter::{
     PolicyNameError,
 };
 
-use headers::{FieldBuf, Fields};
+use headers::{FieldBuf, Fields, Meta};
 use key::RequestHead;
-use limiter::{Meta, Now, Report, Verdict};
+use limiter::{Now, Report, Verdict};
 use telemetry::Metrics;
 
 /// `RateLimit-Policy`.

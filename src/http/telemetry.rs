@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use metrics::{Key, Label, Level, Metadata, NoopRecorder, Recorder};
 
+use crate::http::headers::Meta;
 use crate::http::key::KeyError;
-use crate::http::limiter::Meta;
 
 /// Counter: requests every policy admitted (labels `layer`).
 pub const ALLOWED: &str = "slidegate_http_allowed_total";

@@ -77,14 +77,17 @@
 //! does, and only then marks the slot a tombstone. No key ever has two live slots: the writer
 //! inserts a key only after looking it up under its lock, in every table a lookup would
 //! reach.
+//!
+//! [`SWEEP`]: super::eviction::SWEEP
+//! [`SAMPLE`]: super::eviction::SAMPLE
 
 use crate::algo::sliding_counter::CounterRule;
 #[cfg(any(test, slidegate_loom))]
 use crate::decision::Decision;
-use crate::sync::epoch::{self, Atomic, Guard, Owned, Shared};
+use crate::sync::epoch::{self, Atomic, Guard, Shared};
 use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::window::cum::RETIRED;
-use crate::window::line::{self, LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
+use crate::window::line::{LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
+use crate::window::line_counter;
 use crate::window::ring::{Compact, Slots};
 
 use super::pool::Array;
@@ -107,14 +110,6 @@ const HASH: u32 = MOVED - 1;
 /// A tombstone's state.
 const TOMBSTONE: u32 = 1;
 
-/// Slots an insert examines for keys idle a whole window, so that churn is reclaimed as it
-/// happens (the store's number), in a table at load 1/2 or above; a sparser table examines
-/// proportionally more.
-const SWEEP: usize = 4;
-
-/// Live slots an insert at `max_keys` examines for an idle key before forcing one out.
-const SAMPLE: usize = 16;
-
 /// Slots [`InlineTable::retain_recent`] examines per taking of the writer's lock.
 const SWEEP_CHUNK: usize = 256;
 
@@ -124,10 +119,11 @@ const MIN_CAPACITY: usize = 4;
 /// The largest sparse table: up to 2¹⁶ slots (4 MiB), a table's capacity is a power of two
 /// and at most one slot in [`SPARSE_LOAD`] is in use, so that a probe seldom meets another
 /// key's line; a larger one is dense, sized to three times its keys when it grows and holding
-/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). The
-/// measurements behind both (a thousand keys' checks and two threads' pairs faster at load
-/// 1/8; a million keys' checks 5–8% slower at 2/3, for 101 bytes per key against 134) are in
-/// `docs/inline-store.md`, "A table of any size, and sparse small tables".
+/// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). Why both: a
+/// thousand keys' checks and two threads' pairs are faster at load 1/8, and at a million keys
+/// the denser table costs the checks little for a third less memory (`keyed_allowed`,
+/// `keyed_2_threads`; `docs/inline-store.md`, "A table of any size, and sparse small
+/// tables").
 const SPARSE_MAX: usize = 1 << 16;
 
 /// A sparse table's load, at most: one slot in eight in use.
@@ -314,20 +310,6 @@ struct Writer {
     forced: u64,
 }
 
-impl Writer {
-    /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
-    /// the table's end (and starts over in a table smaller than the last).
-    fn swept(&mut self, table: &Table) -> usize {
-        let i = if self.sweep < table.capacity() {
-            self.sweep
-        } else {
-            0
-        };
-        self.sweep = i + 1;
-        i
-    }
-}
-
 /// The table of one quota's keys (see the module documentation).
 pub(crate) struct InlineTable {
     table: Atomic<Table>,
@@ -376,6 +358,8 @@ impl InlineTable {
     /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
     /// would not share the line (the limiter makes a table only for a quota that
     /// [`Line::fits`]).
+    ///
+    /// [`SAMPLE`]: super::eviction::SAMPLE
     pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable {
         InlineTable::with_load(buckets, max_keys, SPARSE_LOAD)
     }
@@ -464,256 +448,6 @@ impl InlineTable {
         }
     }
 
-    /// Links a next table to `current` and returns it, made for the keys
-    /// ([`Table::for_keys`]), with the number of old slots each writer call moves.
-    fn start<'g>(
-        &self,
-        writer: &mut Writer,
-        current: &Table,
-        guard: &'g Guard,
-    ) -> Shared<'g, Table> {
-        let keys = self.len() + 1;
-        let next = Table::for_keys(keys, self.sparse_load);
-        // Each writer call inserts at most one key: the migration must end within the
-        // inserts that keep the next table within its bound (every moved key, then `slack`
-        // new ones), however many of the old slots were tombstones.
-        let slack = next.bound.saturating_sub(keys).max(1);
-        writer.chunk = current.capacity().div_ceil(slack).max(CHUNK);
-        writer.cursor = 0;
-        let next = Owned::new(next).into_shared(guard);
-        // Release: publishes the empty slots to lookups that follow the link.
-        current.next.store(next, Ordering::Release);
-        next
-    }
-
-    /// Moves the next chunk of old slots of a migration in progress, and ends it after the last.
-    fn step(&self, writer: &mut Writer, guard: &Guard) {
-        let old_shared = self.table.load(Ordering::Relaxed, guard);
-        // SAFETY: never null; only this writer replaces it.
-        let old = unsafe { old_shared.deref() };
-        let next_shared = old.next.load(Ordering::Relaxed, guard);
-        if next_shared.is_null() {
-            return;
-        }
-        // SAFETY: linked by this writer; freed only through the epoch.
-        let next = unsafe { next_shared.deref() };
-        let end = (writer.cursor + writer.chunk).min(old.capacity());
-        for slot in &old.slots[writer.cursor..end] {
-            self.move_slot(slot, next);
-        }
-        writer.cursor = end;
-        if end == old.capacity() {
-            // Release: pairs with the Acquire in `current`.
-            self.table.store(next_shared, Ordering::Release);
-            // SAFETY: unlinked from the store; readers still probing it are pinned, and its
-            // drop frees only its own slots (its next is the current table).
-            unsafe { guard.defer_destroy(old_shared) };
-            guard.hand_over();
-            // The old table's tombstones are dropped with it; those evictions made in the
-            // next table count against its load.
-            writer.tombstones = core::mem::take(&mut writer.next_tombstones);
-            writer.cursor = 0;
-        }
-    }
-
-    /// Moves every slot of a migration in progress, ending it.
-    fn finish(&self, writer: &mut Writer, guard: &Guard) {
-        while !self
-            .current(guard)
-            .next
-            .load(Ordering::Relaxed, guard)
-            .is_null()
-        {
-            self.step(writer, guard);
-        }
-    }
-
-    /// Freezes, copies and marks one old slot (see "Growth: the migration").
-    fn move_slot(&self, slot: &Slot, next: &Table) {
-        let state = slot.state();
-        if state & LIVE == 0 || state & MOVED != 0 {
-            return;
-        }
-        slot.line(self.buckets).retire_now();
-        // Acquire: every charge and fill write the freeze ordered before is visible.
-        let mut words: [u64; RING] = core::array::from_fn(|i| slot.ring[i].load(Ordering::Acquire));
-        words[0] &= !RETIRED;
-        next.place(slot.key.load(Ordering::Relaxed), state & HASH, &words);
-        slot.set_state(state, state | MOVED);
-    }
-
-    /// Evicts `key` if its window is empty at `now`: `true` if it did. The slot becomes a
-    /// tombstone.
-    ///
-    /// A migration in progress moves its next chunk first, so that a table whose keys are
-    /// only being evicted still finishes it.
-    #[cfg(any(test, slidegate_loom))]
-    pub(crate) fn evict_idle(&self, key: u64, hash: u64, granularity: u64, now: u64) -> bool {
-        let guard = &epoch::pin();
-        let mut writer = sync::lock(&self.writer);
-        self.step(&mut writer, guard);
-        let Some(slot) = self.find(key, hash, guard) else {
-            return false;
-        };
-        let in_current = self.in_current(slot, guard);
-        self.evict_if_idle(&mut writer, slot, in_current, granularity, now)
-    }
-
-    /// Whether `slot` is in the current table; else it is in the next one (moved, or
-    /// inserted since the migration started).
-    fn in_current(&self, slot: &Slot, guard: &Guard) -> bool {
-        self.current(guard)
-            .slots
-            .as_ptr_range()
-            .contains(&(slot as *const Slot))
-    }
-
-    /// Turns a live slot into a tombstone if `retire` retires its ring, counted in its table
-    /// (the current one, or the next); `true` if it did (the writer's, under its lock).
-    fn evict_if(
-        &self,
-        writer: &mut Writer,
-        slot: &Slot,
-        in_current: bool,
-        retire: impl FnOnce(&Line<'_>) -> bool,
-    ) -> bool {
-        let state = slot.state();
-        if state & LIVE == 0 || state & MOVED != 0 || !retire(&slot.line(self.buckets)) {
-            return false;
-        }
-        slot.set_state(state, TOMBSTONE);
-        // Relaxed: written only under the writer's lock, which orders it for the writer.
-        self.len.store(self.len() - 1, Ordering::Relaxed);
-        if in_current {
-            writer.tombstones += 1;
-        } else {
-            writer.next_tombstones += 1;
-        }
-        true
-    }
-
-    /// [`InlineTable::evict_if`] a slot whose window is empty at `now`, counted as evicted.
-    fn evict_if_idle(
-        &self,
-        writer: &mut Writer,
-        slot: &Slot,
-        in_current: bool,
-        granularity: u64,
-        now: u64,
-    ) -> bool {
-        let evicted = self.evict_if(writer, slot, in_current, |line| {
-            line.retire_idle(granularity, now)
-        });
-        writer.evicted += u64::from(evicted);
-        evicted
-    }
-
-    /// Examines [`SWEEP`] slots after the sweep's cursor, evicting the keys idle for a whole
-    /// `window` already: a key in steady use, idle a moment between two checks, is not
-    /// evicted and inserted again (the store's `retire_stale`). During a migration it
-    /// walks the next table, where the keys end up: a table that grows for long keeps
-    /// migrating, and a sweep of the old one would find its slots moved.
-    fn sweep(&self, writer: &mut Writer, granularity: u64, window: u64, now: u64, guard: &Guard) {
-        let Some(then) = now.checked_sub(window) else {
-            return;
-        };
-        let current = self.current(guard);
-        let next = current.next.load(Ordering::Relaxed, guard);
-        let (table, in_current) = if next.is_null() {
-            (current, true)
-        } else {
-            // SAFETY: linked by this writer; freed only through the epoch.
-            (unsafe { next.deref() }, false)
-        };
-        // A sparse table sweeps more slots per insert, in proportion to its emptiness, so
-        // that the sweep goes round it in as many inserts per key as at load 1/2.
-        for _ in 0..(SWEEP * table.capacity() / (2 * table.bound.max(1))).max(SWEEP) {
-            let slot = &table.slots[writer.swept(table)];
-            self.evict_if_idle(writer, slot, in_current, granularity, then);
-        }
-    }
-
-    /// Frees one place for a new key at `max_keys`: the first idle key among the next
-    /// [`SAMPLE`] live slots after the sweep's cursor, else, if `force`, the least recently
-    /// active of them, retired whatever it holds (forced, counted). A migration in progress
-    /// is finished first, so that every key is in the table sampled. Returns whether it
-    /// evicted one.
-    fn make_room(
-        &self,
-        writer: &mut Writer,
-        granularity: u64,
-        now: u64,
-        force: bool,
-        guard: &Guard,
-    ) -> bool {
-        self.finish(writer, guard);
-        let table = self.current(guard);
-        let mut oldest: Option<(u64, usize)> = None;
-        let mut seen = 0;
-        for _ in 0..table.capacity() {
-            if seen == SAMPLE {
-                break;
-            }
-            let i = writer.swept(table);
-            let slot = &table.slots[i];
-            if slot.state() & LIVE == 0 {
-                continue;
-            }
-            seen += 1;
-            if self.evict_if_idle(writer, slot, true, granularity, now) {
-                return true;
-            }
-            let active = slot.line(self.buckets).last_active(granularity);
-            if oldest.is_none_or(|(a, _)| active < a) {
-                oldest = Some((active, i));
-            }
-        }
-        let Some((_, i)) = oldest.filter(|_| force) else {
-            return false;
-        };
-        let forced = self.evict_if(writer, &table.slots[i], true, |line| {
-            line.retire_now();
-            true
-        });
-        writer.forced += u64::from(forced);
-        forced
-    }
-
-    /// Evicts every key whose window is empty at `now`, [`SWEEP_CHUNK`] slots per taking of
-    /// the writer's lock, so that inserts interleave with it (checks of live keys never
-    /// wait); returns how many. A migration in progress is finished first. A key moved by a
-    /// migration that an insert starts meanwhile may be left for the next call, as today's
-    /// store leaves an entry a concurrent resize moved.
-    pub(crate) fn retain_recent(&self, granularity: u64, now: u64) -> usize {
-        let mut evicted = 0;
-        let mut start = 0;
-        loop {
-            let guard = &epoch::pin();
-            let mut writer = sync::lock(&self.writer);
-            if start == 0 {
-                self.finish(&mut writer, guard);
-            }
-            let table = self.current(guard);
-            if start >= table.capacity() {
-                return evicted;
-            }
-            let end = (start + SWEEP_CHUNK).min(table.capacity());
-            for slot in &table.slots[start..end] {
-                let idle = self.evict_if_idle(&mut writer, slot, true, granularity, now);
-                evicted += usize::from(idle);
-            }
-            start = end;
-        }
-    }
-
-    /// Moves every slot of a migration in progress (for the tests).
-    #[cfg(test)]
-    pub(crate) fn finish_migration(&self) {
-        let guard = &epoch::pin();
-        let mut writer = sync::lock(&self.writer);
-        self.finish(&mut writer, guard);
-    }
-
     /// The writer's count of live slots and tombstones in the current table, and the same
     /// counted slot by slot; `None` during a migration (for the tests).
     #[cfg(test)]
@@ -770,7 +504,7 @@ impl InlineTable {
                 Some(found) => found,
                 None => self.insert(key, hash, rule.granularity, now(), guard),
             };
-            if let Some(decision) = line::charge(&found.line(self.buckets), rule, &now, n) {
+            if let Some(decision) = line_counter::charge(&found.line(self.buckets), rule, &now, n) {
                 return decision;
             }
             // Retired: frozen by a migration or evicted. Under the lock, the key's copy or a
@@ -780,7 +514,7 @@ impl InlineTable {
     }
 
     /// Frees up to `n` units of `key`'s window at `now()` under a counter's `rule`
-    /// ([`line::refund`]: the sliding window's oldest units, the fixed window's current
+    /// ([`line_counter::refund`]: the sliding window's oldest units, the fixed window's current
     /// bucket's); `None` if the key has no live slot.
     ///
     /// Under the writer's lock, which every migration step holds: a refund raises the
@@ -801,7 +535,7 @@ impl InlineTable {
         let _writer = sync::lock(&self.writer);
         let slot = self.find(key, hash, guard)?;
         // A slot found under the lock is live: its ring is retired only under the lock.
-        line::refund(&slot.line(self.buckets), rule, now, n)
+        line_counter::refund(&slot.line(self.buckets), rule, now, n)
     }
 
     /// The window sum of `key` at `now`, if it has a live slot.
@@ -906,6 +640,8 @@ impl Placing<'_> {
     /// returned so that the key's state can be copied where it goes
     /// ([`line::copy_to_ring`]); [`Placing::bury`] then ends it, once the key's new window
     /// is published (a lookup that found neither would take the key for absent).
+    ///
+    /// [`line::copy_to_ring`]: crate::window::line::copy_to_ring
     pub(crate) fn retire<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
         let slot = self.find(key, hash, guard)?;
         slot.line(self.table.buckets).retire_now();
@@ -926,6 +662,8 @@ impl Placing<'_> {
     /// Frees one place for a key of a limiter whose keys are also held elsewhere, at their
     /// joint bound: an idle key among the next [`SAMPLE`], else, if `force`, the least
     /// recently active of them. Returns whether it evicted one.
+    ///
+    /// [`SAMPLE`]: super::eviction::SAMPLE
     pub(crate) fn make_room(
         &mut self,
         granularity: u64,
@@ -956,6 +694,8 @@ impl Drop for InlineTable {
     }
 }
 
+mod eviction;
+mod migration;
 #[cfg(all(test, not(slidegate_loom)))]
 mod tests;
 
@@ -977,14 +717,14 @@ impl LoomInline {
 
     /// A Strict check of `cost` against `limit` on `key` at `t`.
     pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
-        let rule = line::strict(limit, self.1, Self::GRANULARITY);
+        let rule = line_counter::strict(limit, self.1, Self::GRANULARITY);
         self.0.check(key, key, &rule, || t, cost).is_allowed()
     }
 
     /// A refund of up to `n` units of `key`'s window at `t`: the units freed (`None`: no
     /// live slot).
     pub fn refund(&self, key: u64, t: u64, n: u64) -> Option<u64> {
-        let rule = line::strict(1, self.1, Self::GRANULARITY);
+        let rule = line_counter::strict(1, self.1, Self::GRANULARITY);
         self.0.refund(key, key, &rule, || t, n)
     }
 

@@ -56,7 +56,7 @@ where
         n: u64,
         op: Op,
         pin: &'g OnceCell<Guard>,
-        held: &mut sealed::Held<'g>,
+        held: &mut sealed::ReservedCosts<'g>,
     ) -> Result<sealed::Judged, CostError> {
         // The entry stays alive while the guard is pinned, so until the caller commits or
         // releases the reservation.
@@ -76,7 +76,7 @@ where
         &'g self,
         n: u64,
         pin: &'g OnceCell<Guard>,
-        held: &mut sealed::Held<'g>,
+        held: &mut sealed::ReservedCosts<'g>,
     ) -> Result<sealed::Judged, CostError> {
         let guard = pin.get_or_init(epoch::pin);
         let judged = self.limiter.reserve(self.key, n, guard)?;
@@ -121,7 +121,7 @@ where
         &'g self,
         (decision, reserved): (Decision, Option<ReservedState<'g>>),
         n: u64,
-        held: &mut sealed::Held<'g>,
+        held: &mut sealed::ReservedCosts<'g>,
     ) -> sealed::Judged {
         let taken = match reserved {
             Some((state, ticket)) => {

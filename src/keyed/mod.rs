@@ -16,6 +16,7 @@
 
 mod builder;
 pub(crate) mod entry;
+mod eviction;
 pub(crate) mod inline;
 mod key_limit;
 mod overrides;
@@ -44,7 +45,7 @@ use crate::window::state::{State, on_ring};
 
 use entry::Entry;
 use overrides::{KeyRule, Overrides};
-use routing::Lines;
+use routing::InlineStore;
 use store::Store;
 
 /// The default hasher of a [`KeyedLimiter`]: ahash, with a random state per limiter, so
@@ -127,7 +128,7 @@ where
     default: KeyRule,
     store: Store<K, S>,
     /// The inline table, if the key type and the default quota fit one (see `routing`).
-    lines: Option<Lines>,
+    inline: Option<InlineStore>,
     overrides: Overrides<K, S>,
     clock: C,
 }
@@ -417,7 +418,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.store.len() + self.lines.as_ref().map_or(0, Lines::len)
+        self.store.len() + self.inline.as_ref().map_or(0, InlineStore::len)
     }
 
     /// Whether no key is held.
@@ -458,11 +459,11 @@ where
     /// ```
     pub fn retain_recent(&self) -> usize {
         let now = self.clock.now().0;
-        let lines = self
-            .lines
+        let inline = self
+            .inline
             .as_ref()
-            .map_or(0, |lines| lines.retain_recent(now));
-        self.store.retain_recent(now) + lines
+            .map_or(0, |inline| inline.retain_recent(now));
+        self.store.retain_recent(now) + inline
     }
 
     /// Keys evicted because their window was empty (no decision changed), since creation.
@@ -480,11 +481,11 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn evictions(&self) -> u64 {
-        let lines = self
-            .lines
+        let inline = self
+            .inline
             .as_ref()
-            .map_or(0, |lines| lines.table.evictions().0);
-        self.store.evictions() + lines
+            .map_or(0, |inline| inline.table.evictions().0);
+        self.store.evictions() + inline
     }
 
     /// Keys forced out by the `max_keys` bound while their window still held admissions;
@@ -506,11 +507,11 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn forced_evictions(&self) -> u64 {
-        let lines = self
-            .lines
+        let inline = self
+            .inline
             .as_ref()
-            .map_or(0, |lines| lines.table.evictions().1);
-        self.store.forced_evictions() + lines
+            .map_or(0, |inline| inline.table.evictions().1);
+        self.store.forced_evictions() + inline
     }
 
     /// Gives `key` its own quota from now on, while checks go on.
@@ -675,20 +676,20 @@ where
     {
         let guard = &epoch::pin();
         let hash = self.store.hash(key);
-        if let Some(lines) = &self.lines {
+        if let Some(inline) = &self.inline {
             let keyed = self.rule_for(key, guard);
-            if let Some(word) = lines.word(keyed, &self.default, key) {
+            if let Some(word) = inline.word(keyed, &self.default, key) {
                 if let Err(e) = keyed.rule.validate(n) {
                     return R::error(e);
                 }
-                let found = match self.acquire_line(lines, word, hash, n, &keyed.rule, guard) {
+                let found = match self.acquire_line(inline, word, hash, n, &keyed.rule, guard) {
                     Ok(decision) => return R::decided(decision),
                     Err(found) => found,
                 };
                 if let Some(decision) =
-                    self.acquire_line_slow(lines, key, word, hash, n, &keyed.rule, guard, found)
+                    self.acquire_line_slow(inline, key, word, hash, n, &keyed.rule, guard, found)
                 {
-                    return R::decided(sync::relayed(&decision));
+                    return R::decided(sync::copy_by_words(&decision));
                 }
             }
         }
@@ -706,7 +707,7 @@ where
                 _ => return self.acquire_other(key, hash, n, entry, rule, guard),
             );
             match decided {
-                Some(decision) => return R::decided(sync::relayed(&decision)),
+                Some(decision) => return R::decided(sync::copy_by_words(&decision)),
                 // Retired: evicted (idle, so a fresh entry decides the same), forced out, or
                 // replaced by an entry of a newer shape. The writer path sees the store as it
                 // is now.
@@ -881,8 +882,8 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if let Some(lines) = &self.lines {
-            return self.insert_beside(lines, key, hash, guard);
+        if let Some(inline) = &self.inline {
+            return self.insert_beside(inline, key, hash, guard);
         }
         let shape = || self.rule_for(key, guard).shape;
         self.store
@@ -938,7 +939,7 @@ where
             .field("quota", &self.default.rule.quota)
             .field(
                 "keys",
-                &(self.store.len() + self.lines.as_ref().map_or(0, Lines::len)),
+                &(self.store.len() + self.inline.as_ref().map_or(0, InlineStore::len)),
             )
             .finish_non_exhaustive()
     }

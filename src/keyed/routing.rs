@@ -47,6 +47,7 @@ use crate::decision::Decision;
 use crate::sync::epoch::Guard;
 use crate::window::counter;
 use crate::window::line::{self, Line};
+use crate::window::line_counter;
 use crate::window::state::{Shape, State, on_ring};
 
 use super::KeyedLimiter;
@@ -56,7 +57,7 @@ use super::overrides::KeyRule;
 use super::word::Encoding;
 
 /// A limiter's inline table, with what tells which keys it holds.
-pub(super) struct Lines {
+pub(super) struct InlineStore {
     pub(super) table: InlineTable,
     encoding: Encoding,
     /// The shape of the keys the table holds: a compact ring of the default's buckets.
@@ -65,10 +66,10 @@ pub(super) struct Lines {
     buckets: u64,
 }
 
-impl Lines {
+impl InlineStore {
     /// The inline table of a limiter of `K` keys under `default`, if `K` has an inline word
     /// and the quota fits a line ring.
-    pub(super) fn new<K: 'static>(default: &KeyRule, max_keys: usize) -> Option<Lines> {
+    pub(super) fn new<K: 'static>(default: &KeyRule, max_keys: usize) -> Option<InlineStore> {
         let encoding = Encoding::of::<K>()?;
         let Shape::Ring {
             granularity,
@@ -82,7 +83,7 @@ impl Lines {
         {
             return None;
         }
-        Some(Lines {
+        Some(InlineStore {
             table: InlineTable::with_max_keys(buckets, max_keys),
             encoding,
             shape: default.shape,
@@ -143,28 +144,27 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// A check of `n` (valid under `rule`) on a key of the inline table's shape whose word
-    /// is `word`, on the line ring's fast path ([`Line::fast`]): the decision, or what the
-    /// general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's live slot
-    /// and the clock reading judged at, if the lookup found one). Apart from the general
-    /// path's, so that the caller returns this decision straight from the registers it was
-    /// built in: where the two paths' decisions met in one stack slot, the caller copied it
-    /// with wide loads over narrow stores (`sync::relayed`).
+    /// is `word`, on the line ring's fast path ([`line_counter::charge_fast`]): the decision,
+    /// or what the general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's
+    /// live slot and the clock reading judged at, if the lookup found one). Apart from the
+    /// general path's, so that the caller returns this decision straight from the registers
+    /// it was built in: where the two paths' decisions met in one stack slot, the caller
+    /// copied it with wide loads over narrow stores (`sync::copy_by_words`).
     #[inline]
     pub(super) fn acquire_line<'g>(
         &self,
-        lines: &'g Lines,
+        inline: &'g InlineStore,
         word: u64,
         hash: u64,
         n: u64,
         rule: &Rule,
         guard: &'g Guard,
     ) -> Result<Decision, Option<(&'g Slot, u64)>> {
-        let slot = lines.table.find(word, hash, guard).ok_or(None)?;
+        let slot = inline.table.find(word, hash, guard).ok_or(None)?;
         // One reading for the whole check, passed as a constant: through a closure the
         // clock was called out of line (`<&F as Fn>::call`), a tenth of an allowed check.
         let t = self.clock.now().0;
-        slot.line(lines.buckets)
-            .fast(&rule.counter, || t, n)
+        line_counter::charge_fast(&slot.line(inline.buckets), &rule.counter, || t, n)
             .ok_or(Some((slot, t)))
     }
 
@@ -177,7 +177,7 @@ where
     #[allow(clippy::too_many_arguments)]
     pub(super) fn acquire_line_slow<Q>(
         &self,
-        lines: &Lines,
+        inline: &InlineStore,
         key: &Q,
         word: u64,
         hash: u64,
@@ -191,21 +191,24 @@ where
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         if let Some((slot, t)) = found {
-            let decided = line::charge_loop(&slot.line(lines.buckets), &rule.counter, || t, n);
+            let decided =
+                line_counter::charge_loop(&slot.line(inline.buckets), &rule.counter, || t, n);
             if decided.is_some() {
                 return decided;
             }
         }
         let now = || self.clock.now().0;
-        let mut place = match self.moved(lines, key, hash, guard) {
+        let mut place = match self.moved(inline, key, hash, guard) {
             Some(entry) => Place::Entry(entry),
-            None => self.place_line(lines, key, word, hash, guard),
+            None => self.place_line(inline, key, word, hash, guard),
         };
         loop {
             let decided = match place {
-                Place::Line(slot) => line::charge(&slot.line(lines.buckets), &rule.counter, now, n),
+                Place::Line(slot) => {
+                    line_counter::charge(&slot.line(inline.buckets), &rule.counter, now, n)
+                }
                 Place::Inserted(slot, t) => {
-                    line::charge(&slot.line(lines.buckets), &rule.counter, || t, n)
+                    line_counter::charge(&slot.line(inline.buckets), &rule.counter, || t, n)
                 }
                 Place::Entry(entry) => on_ring!(entry.state(),
                     |_, ring| counter::charge(ring, &rule.counter, now, n),
@@ -218,7 +221,7 @@ where
             }
             // Retired: frozen by a migration, evicted, or moved. Under the lock, the key's
             // window as it is now.
-            place = self.place_line(lines, key, word, hash, guard);
+            place = self.place_line(inline, key, word, hash, guard);
         }
     }
 
@@ -228,7 +231,7 @@ where
     #[inline]
     fn moved<'g, Q>(
         &self,
-        lines: &Lines,
+        inline: &InlineStore,
         key: &Q,
         hash: u64,
         guard: &'g Guard,
@@ -238,7 +241,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         self.stored(key, hash, guard)
-            .filter(|entry| entry.fits(lines.shape))
+            .filter(|entry| entry.fits(inline.shape))
     }
 
     /// `key`'s store entry, if any, with no probe of an empty store: beside a table the store
@@ -262,7 +265,7 @@ where
     #[cold]
     fn place_line<'g, Q>(
         &'g self,
-        lines: &'g Lines,
+        inline: &'g InlineStore,
         key: &Q,
         word: u64,
         hash: u64,
@@ -272,8 +275,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut placing = lines.table.lock();
-        if self.rule_for(key, guard).shape != lines.shape {
+        let mut placing = inline.table.lock();
+        if self.rule_for(key, guard).shape != inline.shape {
             return Place::Elsewhere;
         }
         if let Some(slot) = placing.find(word, hash, guard) {
@@ -283,7 +286,7 @@ where
         // writer that runs without this lock): the key has no window.
         let stored = self.stored(key, hash, guard);
         if let Some(entry) = stored.filter(|entry| !entry.state().is_retired()) {
-            if entry.fits(lines.shape) {
+            if entry.fits(inline.shape) {
                 return Place::Entry(entry);
             }
             // Made under a quota of another shape: its counts are dropped, as the store
@@ -291,9 +294,9 @@ where
             self.store.remove(key, hash, guard);
         }
         let now = self.clock.now().0;
-        self.make_room(lines, &mut placing, now, guard);
+        self.make_room(inline, &mut placing, now, guard);
         let others = self.store.len();
-        let slot = placing.insert_absent(word, hash, lines.granularity, now, others, guard);
+        let slot = placing.insert_absent(word, hash, inline.granularity, now, others, guard);
         Place::Inserted(slot, now)
     }
 
@@ -303,7 +306,7 @@ where
     /// key a `check_all` reserves on), dropped when the quota changed shape.
     pub(super) fn insert_beside<'g, Q>(
         &self,
-        lines: &Lines,
+        inline: &InlineStore,
         key: &Q,
         hash: u64,
         guard: &'g Guard,
@@ -312,12 +315,12 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let mut placing = lines.table.lock();
-        let retired = lines
+        let mut placing = inline.table.lock();
+        let retired = inline
             .encoding
             .word(key)
             .and_then(|word| placing.retire(word, hash, guard));
-        self.store_beside(lines, &mut placing, key, hash, retired, guard)
+        self.store_beside(inline, &mut placing, key, hash, retired, guard)
     }
 
     /// `key`'s store entry, made under the table's lock (`placing`) from its slot
@@ -330,7 +333,7 @@ where
     /// an entry of another shape, adds no key.
     fn store_beside<'g, Q>(
         &self,
-        lines: &Lines,
+        inline: &InlineStore,
         placing: &mut Placing<'_>,
         key: &Q,
         hash: u64,
@@ -347,12 +350,12 @@ where
         // insert below (or it is retired and unlinked, which only frees a place).
         let stored = self.stored(key, hash, guard).is_some();
         if retired.is_none() && !stored {
-            self.make_room(lines, placing, now, guard);
+            self.make_room(inline, placing, now, guard);
         }
-        let copied = retired.filter(|_| shape == lines.shape);
+        let copied = retired.filter(|_| shape == inline.shape);
         let init = |words: &[_]| {
             if let Some(slot) = copied {
-                line::copy_to_ring(&slot.line(lines.buckets), words);
+                line::copy_to_ring(&slot.line(inline.buckets), words);
             }
         };
         // A moved key is counted once: its slot is still live until it is buried.
@@ -372,7 +375,7 @@ where
     ///
     /// Both stores' locks are held, so neither store's `retain_recent` evicts meanwhile: a
     /// count read before it had made room would force a key out for nothing.
-    fn make_room(&self, lines: &Lines, placing: &mut Placing<'_>, now: u64, guard: &Guard) {
+    fn make_room(&self, inline: &InlineStore, placing: &mut Placing<'_>, now: u64, guard: &Guard) {
         // Below the bound without the store's lock: without the table's lock (held) the
         // store's count only falls.
         if placing.len() + self.store.len() < self.store.max_keys() {
@@ -382,7 +385,7 @@ where
         if placing.len() + store.len() < self.store.max_keys() {
             return;
         }
-        let g = lines.granularity;
+        let g = inline.granularity;
         let _ = placing.make_room(g, now, false, guard)
             || store.make_room(now, false, guard)
             || placing.make_room(g, now, true, guard)
@@ -402,14 +405,14 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, &self.default, key)?;
-        lines.table.find(word, hash, guard)?;
+        let inline = self.inline.as_ref()?;
+        let word = inline.word(keyed, &self.default, key)?;
+        inline.table.find(word, hash, guard)?;
         // Under the lock the key may be gone (evicted since): then there is nothing to move,
         // and the caller defers the key rather than making it (and perhaps room for it).
-        let mut placing = lines.table.lock();
+        let mut placing = inline.table.lock();
         let retired = placing.retire(word, hash, guard)?;
-        let entry = self.store_beside(lines, &mut placing, key, hash, Some(retired), guard);
+        let entry = self.store_beside(inline, &mut placing, key, hash, Some(retired), guard);
         entry.fits(keyed.shape).then_some(entry)
     }
 
@@ -428,14 +431,16 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, &self.default, key)?;
+        let inline = self.inline.as_ref()?;
+        let word = inline.word(keyed, &self.default, key)?;
         let now = || self.clock.now().0;
-        let peek = |slot: &Slot| line::peek(&slot.line(lines.buckets), &keyed.rule.counter, now, n);
-        let slot = lines.table.find(word, hash, guard)?;
+        let peek = |slot: &Slot| {
+            line_counter::peek(&slot.line(inline.buckets), &keyed.rule.counter, now, n)
+        };
+        let slot = inline.table.find(word, hash, guard)?;
         // Retired (frozen by a migration, evicted, or moved): under the lock a slot found is
         // live.
-        peek(slot).or_else(|| lines.table.lock().find(word, hash, guard).and_then(peek))
+        peek(slot).or_else(|| inline.table.lock().find(word, hash, guard).and_then(peek))
     }
 
     /// Frees up to `n` units of a key of the table's shape; `None` if it has no slot.
@@ -444,10 +449,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, &self.default, key)?;
+        let inline = self.inline.as_ref()?;
+        let word = inline.word(keyed, &self.default, key)?;
         let now = || self.clock.now().0;
-        lines.table.refund(word, hash, &keyed.rule.counter, now, n)
+        inline.table.refund(word, hash, &keyed.rule.counter, now, n)
     }
 
     /// The total cost admitted to `key`'s slot (wrapping at 2²⁴), if it has one.
@@ -462,10 +467,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let lines = self.lines.as_ref()?;
-        let word = lines.word(keyed, &self.default, key)?;
-        let slot = lines.table.find(word, hash, guard)?;
-        Some(slot.line(lines.buckets).admitted())
+        let inline = self.inline.as_ref()?;
+        let word = inline.word(keyed, &self.default, key)?;
+        let slot = inline.table.find(word, hash, guard)?;
+        Some(slot.line(inline.buckets).admitted())
     }
 }
 

@@ -46,6 +46,9 @@
 //!   examines up to [`SAMPLE`] entries for an idle one before forcing out the least recently
 //!   active of them. [`Store::retain_recent`] sweeps the whole table in chunks, releasing the
 //!   lock between chunks. No full scan ever runs under the lock.
+//!
+//! [`SWEEP`]: super::eviction::SWEEP
+//! [`SAMPLE`]: super::eviction::SAMPLE
 
 use core::alloc::Layout;
 use core::borrow::Borrow;
@@ -56,6 +59,7 @@ use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::window::state::{Shape, State};
 
 use super::entry::{ENTRY_ALIGN, Entry};
+use super::eviction::{self, SWEEP, Sampled};
 use super::pool::{self, Array};
 
 /// The tag that marks a null slot as a tombstone.
@@ -79,12 +83,6 @@ fn fragment(hash: u64) -> usize {
 
 /// The smallest table.
 const MIN_CAPACITY: usize = 8;
-
-/// Slots an insert examines for idle entries, so that churn is reclaimed as it happens.
-const SWEEP: usize = 4;
-
-/// Entries a store at its bound examines for an idle one before forcing one out.
-const SAMPLE: usize = 16;
 
 /// Slots `retain_recent` examines per lock acquisition.
 const CHUNK: usize = 1024;
@@ -409,38 +407,31 @@ where
     /// inserts interleave with it. An entry moved by a concurrent resize may be skipped until
     /// the next call. Returns the number evicted.
     pub(crate) fn retain_recent(&self, now: u64) -> usize {
-        let mut evicted = 0;
-        let mut start = 0;
-        loop {
+        eviction::retain_recent(CHUNK, |start, chunk| {
             let guard = epoch::pin();
             let mut writer = self.lock();
-            let table = self.table(&guard);
-            if start > table.mask {
-                return evicted;
-            }
-            let end = (start + CHUNK).min(table.mask + 1);
-            for i in start..end {
-                evicted += usize::from(self.evict_if_idle(&mut writer, table, i, now, &guard));
-            }
-            start = end;
-        }
+            let mut slots = self.evicting(&mut writer, &guard);
+            (start < slots.table.mask + 1)
+                .then(|| eviction::evict_idle_in(&mut slots, start..start + chunk, now))
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Writer> {
         sync::lock(&self.writer)
     }
 
-    /// Examines [`SWEEP`] slots after the cursor, evicting entries that have been idle for a
-    /// whole window already (`State::retire_stale`). Evicting every idle entry instead would
-    /// make keys in steady use thrash: a GCRA key is idle a moment after each check, and
-    /// each insert would evict up to four such keys, each of which would come back as an
-    /// insert (`algorithms_keyed_1000`).
+    /// The policy's sweep ([`eviction::sweep`]): [`SWEEP`] slots after the cursor, entries
+    /// idle for a whole window already evicted (`State::retire_stale`).
+    ///
+    /// [`SWEEP`]: super::eviction::SWEEP
     fn sweep(&self, writer: &mut Writer, table: &Table<K>, now: u64, guard: &Guard) {
-        for _ in 0..SWEEP {
-            let i = writer.cursor & table.mask;
-            writer.cursor = writer.cursor.wrapping_add(1);
-            self.evict_if(writer, table, i, guard, |state| state.retire_stale(now));
-        }
+        let mut slots = Evicting {
+            store: self,
+            writer: &mut *writer,
+            table,
+            guard,
+        };
+        eviction::sweep(&mut slots, SWEEP, now);
         // Start loading the entries the next sweep examines, so that it finds them in cache
         // rather than waiting on a miss for each: the sweep's misses are most of a new key's
         // cost without it (`keyed_new_key`). The same prefetch ahead of a resize's re-homing
@@ -457,9 +448,12 @@ where
         }
     }
 
-    /// Frees one place for a new key in a store at its bound: the first idle entry among the
-    /// next [`SAMPLE`] after the cursor, else, if `force`, the least recently active of them
-    /// (forced, counted). Returns whether it evicted one.
+    /// Frees one place for a new key in a store at its bound ([`eviction::make_room`]): an
+    /// entry idle at `now` among the next [`SAMPLE`] after the cursor, else,
+    /// if `force`, the least recently active of them (forced, counted). Returns whether it
+    /// evicted one.
+    ///
+    /// [`SAMPLE`]: super::eviction::SAMPLE
     fn make_room(
         &self,
         writer: &mut Writer,
@@ -468,47 +462,27 @@ where
         force: bool,
         guard: &Guard,
     ) -> bool {
-        let mut oldest: Option<((bool, u64), usize)> = None;
-        let mut seen = 0;
-        for _ in 0..=table.mask {
-            if seen == SAMPLE {
-                break;
-            }
-            let i = writer.cursor & table.mask;
-            writer.cursor = writer.cursor.wrapping_add(1);
-            let slot = table.slots[i].load(Ordering::Relaxed, guard);
-            if slot.is_null() {
-                continue;
-            }
-            seen += 1;
-            if self.evict_if_idle(writer, table, i, now, guard) {
-                return true;
-            }
-            // SAFETY: as in `get`; only this writer unlinks, and it did not.
-            let entry = unsafe { slot.deref() };
-            // A key a `check_all` holds a reservation on is forced out only if every key
-            // sampled holds one: otherwise a call making several new keys at the bound
-            // could force out one it had just made, forgetting its own admission.
-            let state = entry.state();
-            let rank = (state.holds_reservation(), state.last_active());
-            if oldest.is_none_or(|(r, _)| rank < r) {
-                oldest = Some((rank, i));
-            }
-        }
-        let Some((_, i)) = oldest.filter(|_| force) else {
-            return false;
+        let mut slots = Evicting {
+            store: self,
+            writer,
+            table,
+            guard,
         };
-        let slot = table.slots[i].load(Ordering::Relaxed, guard);
-        // SAFETY: as above.
-        let entry = unsafe { slot.deref() };
-        entry.state().retire_now();
-        self.unlink(writer, table, i, slot, guard);
-        // Relaxed: a statistic.
-        self.forced.fetch_add(1, Ordering::Relaxed);
-        true
+        eviction::make_room(&mut slots, now, force)
+    }
+
+    /// The table's slots as the eviction policy sees them, under the writer's lock.
+    fn evicting<'a>(&'a self, writer: &'a mut Writer, guard: &'a Guard) -> Evicting<'a, K, S> {
+        Evicting {
+            store: self,
+            writer,
+            table: self.table(guard),
+            guard,
+        }
     }
 
     /// Retires and unlinks the entry in slot `i` if it is idle at `now`.
+    #[inline]
     fn evict_if_idle(
         &self,
         writer: &mut Writer,
@@ -521,6 +495,7 @@ where
     }
 
     /// Unlinks the entry in slot `i` if `retire` retires its state (an idle retirement).
+    #[inline]
     fn evict_if(
         &self,
         writer: &mut Writer,
@@ -618,6 +593,79 @@ where
     }
 }
 
+/// A store's table under its writer's lock, as the eviction policy sees it.
+struct Evicting<'a, K, S> {
+    store: &'a Store<K, S>,
+    writer: &'a mut Writer,
+    table: &'a Table<K>,
+    guard: &'a Guard,
+}
+
+impl<K, S> eviction::Slots for Evicting<'_, K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher,
+{
+    /// A key a `check_all` holds a reservation on is forced out only if every key sampled
+    /// holds one: otherwise a call making several new keys at the bound could force out one
+    /// it had just made, forgetting its own admission.
+    type Rank = (bool, u64);
+
+    #[inline]
+    fn capacity(&self) -> usize {
+        self.table.mask + 1
+    }
+
+    #[inline]
+    fn next(&mut self) -> usize {
+        let i = self.writer.cursor & self.table.mask;
+        self.writer.cursor = self.writer.cursor.wrapping_add(1);
+        i
+    }
+
+    #[inline]
+    fn evict_if_idle(&mut self, i: usize, now: u64) -> bool {
+        self.store
+            .evict_if_idle(self.writer, self.table, i, now, self.guard)
+    }
+
+    #[inline]
+    fn evict_if_stale(&mut self, i: usize, now: u64) -> bool {
+        self.store
+            .evict_if(self.writer, self.table, i, self.guard, |state| {
+                state.retire_stale(now)
+            })
+    }
+
+    #[inline]
+    fn sample(&mut self, i: usize, now: u64) -> Sampled<(bool, u64)> {
+        let slot = self.table.slots[i].load(Ordering::Relaxed, self.guard);
+        if slot.is_null() {
+            return Sampled::Empty;
+        }
+        if self.evict_if_idle(i, now) {
+            return Sampled::Evicted;
+        }
+        // SAFETY: as in `get`; only this writer unlinks, and it did not.
+        let state = unsafe { slot.deref() }.state();
+        Sampled::Kept((state.holds_reservation(), state.last_active()))
+    }
+
+    #[inline]
+    fn force_out(&mut self, i: usize) -> bool {
+        let slot = self.table.slots[i].load(Ordering::Relaxed, self.guard);
+        // SAFETY: as in `get`; the policy forces out a key it sampled live, and only this
+        // writer unlinks.
+        let entry = unsafe { slot.deref() };
+        entry.state().retire_now();
+        self.store
+            .unlink(self.writer, self.table, i, slot, self.guard);
+        // Relaxed: a statistic.
+        self.store.forced.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
 /// The store's writer lock, held (see [`Store::room`]).
 pub(crate) struct Room<'s, K, S> {
     store: &'s Store<K, S>,
@@ -636,6 +684,8 @@ where
 
     /// Frees one place: an idle entry among the next [`SAMPLE`], else, if `force`, the
     /// least recently active of them. Returns whether it evicted one.
+    ///
+    /// [`SAMPLE`]: super::eviction::SAMPLE
     pub(crate) fn make_room(&mut self, now: u64, force: bool, guard: &Guard) -> bool {
         let store = self.store;
         store.len() > 0 && store.make_room(&mut self.writer, store.table(guard), now, force, guard)
@@ -659,8 +709,8 @@ impl<K, S> Drop for Store<K, S> {
         // Given back to the pool in runs of adjacent entries, in address order, so that the
         // pool hands them to the next keys as it would a fresh chunk: one at a time in table
         // order they came back scattered, each new key's entry a load that missed the cache
-        // before its allocation could return (`keyed_new_key`, a fresh limiter per sample:
-        // 303 -> 640 ns).
+        // before its allocation could return, and a new key's check took twice as long
+        // (`keyed_new_key`, a fresh limiter per sample).
         entries.sort_unstable();
         let mut run: Option<(usize, usize, Layout)> = None;
         for entry in entries {

@@ -24,9 +24,9 @@ use redis::cluster_routing::Slot;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::Degraded;
 use super::Error;
-use super::conn::Raw;
-use super::limiter::Degraded;
+use super::raw::Raw;
 use super::script::{self, Entry, Invocation, Shape, Single};
 use crate::decision::Decision;
 

@@ -26,28 +26,41 @@
 //! - **Failures never over-admit.** If a renewal fails or its answer is lost, the old lease's
 //!   units are not given back (the script may have done it already, and giving back twice
 //!   would over-admit): they stay counted until they leave the window, as admissions.
+//!
+//! [`RedisLimiter::return_leases`]: super::RedisLimiter::return_leases
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Error;
-use super::limiter::{Degraded, LeaseConfig, Path, RedisDecision, RedisLimiter};
-use super::script::{Call, Op, Ticket};
+use super::decision::{Path, RedisDecision};
+use super::script::{Call, Outcome, Shape, Ticket};
 use crate::decision::Decision;
+
+/// Leases: how large a slice of a key's window one process may take at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// The largest lease, in units of cost. Each process can hold up to this much of a key's
+    /// window unused, so requests elsewhere are denied for at most `processes × max` units
+    /// that sit in leases.
+    pub max: u64,
+    /// The longest a lease is held, for GCRA (counter leases end with their bucket).
+    pub max_duration: Duration,
+}
 
 /// The leases of one limiter, per key.
 pub(crate) struct Leases {
     config: LeaseConfig,
-    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<KeyLease>>>>,
     round_trips: AtomicU64,
     admitted: AtomicU64,
 }
 
 #[derive(Default)]
-struct Held {
+struct KeyLease {
     left: u64,
     ticket: Ticket,
     until: Option<Instant>,
@@ -81,7 +94,7 @@ impl Leases {
         )
     }
 
-    fn entry(&self, key: &str) -> Arc<tokio::sync::Mutex<Held>> {
+    fn entry(&self, key: &str) -> Arc<tokio::sync::Mutex<KeyLease>> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = map.get(key) {
             return e.clone();
@@ -94,25 +107,27 @@ impl Leases {
                         .map_or(true, |h| h.until.is_some_and(|u| now < u))
             });
         }
-        let e = Arc::new(tokio::sync::Mutex::new(Held::default()));
+        let e = Arc::new(tokio::sync::Mutex::new(KeyLease::default()));
         map.insert(key.to_owned(), e.clone());
         e
     }
 
-    pub(crate) async fn check(
+    /// Cost `n` of `key`, from the key's lease if it can decide (`limit` is the quota's):
+    /// `Ok` with the decision, or `Err` with the key's lease locked for a renewal, which the
+    /// caller sends ([`Renewal::call`], [`Op::Lease`](super::script::Op::Lease)) and hands
+    /// back with its answer to [`Leases::renewed`]. The lock is held across the round trip,
+    /// so a key has one renewal in flight at a time.
+    pub(crate) async fn take(
         &self,
-        limiter: &RedisLimiter,
         key: &str,
-        keys: (String, String),
         n: u64,
-    ) -> Result<RedisDecision, Error> {
+        limit: u64,
+    ) -> Result<RedisDecision, Renewal> {
         // A local decision waits on no I/O: see `RedisLimiter::run` on the cooperative budget.
         tokio::task::coop::consume_budget().await;
-        let entry = self.entry(key);
-        let mut held = entry.lock().await;
+        let mut held = self.entry(key).lock_owned().await;
         let now = Instant::now();
         let valid = held.until.is_some_and(|u| now < u);
-        let limit = limiter.quota().limit();
         if let Some(until) = held.denied_until.filter(|&u| now < u && n >= held.denied_n) {
             let wait = u64::try_from(until.duration_since(now).as_nanos()).unwrap_or(u64::MAX);
             return Ok(RedisDecision::new(
@@ -144,84 +159,143 @@ impl Leases {
         let (back, ticket) = (held.left, held.ticket);
         held.left = 0;
         held.until = None;
-        let call = Call {
-            shape: &limiter.inner.shape,
-            keys,
-            n: held.size.max(n),
+        Err(Renewal {
+            n,
             back,
             ticket,
-            need: n,
-        };
-        let sent = Instant::now();
-        match limiter.run(Op::Lease, &[call]).await {
-            Ok((time, out)) => {
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
-                let o = out[0];
-                let mut d = o.decision;
-                if d.is_allowed() {
-                    let granted = o.extra.max(n);
-                    self.admitted.fetch_add(n, Ordering::Relaxed);
-                    held.left = granted - n;
-                    held.ticket = o.ticket;
-                    let most = self.config.max_duration;
-                    let lasts = u64::try_from(o.valid_us)
-                        .map_or(most, |us| most.min(core::time::Duration::from_micros(us)));
-                    held.until = Some(sent + lasts);
-                    d = Decision::allowed(
-                        limit,
-                        d.remaining() + held.left,
-                        d.reset_after().as_nanos() as u64,
-                    );
-                    held.denied_until = None;
-                } else if let Some(wait) = d.retry_after() {
-                    // Nothing of cost `n` or more fits before then, unless a refund or a
-                    // returned lease frees room: deny locally until then.
-                    held.denied_until = Some(sent + wait);
-                    held.denied_n = n;
-                }
-                let mut r = RedisDecision::new(d, Path::Redis);
-                r.set_server_time(time);
-                Ok(r)
-            }
-            Err(Error::Unavailable(why)) => Ok(limiter.degrade(key, n, false, why)),
-            Err(Error::Redis(_) | Error::Reply(_)) => {
-                Ok(limiter.degrade(key, n, false, Degraded::Failed))
-            }
-            Err(e) => Err(e),
-        }
+            limit,
+            sent: Instant::now(),
+            held,
+        })
     }
 
-    pub(crate) async fn return_all(&self, limiter: &RedisLimiter) -> Result<(), Error> {
-        let entries: Vec<(String, Arc<tokio::sync::Mutex<Held>>)> = {
-            let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
-        for (key, entry) in entries {
-            let mut held = entry.lock().await;
-            if held.left == 0 {
-                continue;
-            }
-            let call = Call {
-                shape: &limiter.inner.shape,
-                keys: limiter.keys(&key)?,
-                n: 0,
-                back: held.left,
-                ticket: held.ticket,
-                need: 0,
-            };
-            held.left = 0;
-            held.until = None;
-            limiter.run(Op::Release, &[call]).await?;
+    /// The decision of `renewal` from `answer`, the reply to its call (the time judged at
+    /// and the call's outcome), the key's lease updated from it. An error if Redis did not
+    /// decide: the old lease's units are not given back (see "Failures never over-admit").
+    pub(crate) fn renewed(
+        &self,
+        mut renewal: Renewal,
+        answer: Result<(u64, Vec<Outcome>), Error>,
+    ) -> Result<RedisDecision, Error> {
+        let (time, out) = answer?;
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let (n, limit, sent) = (renewal.n, renewal.limit, renewal.sent);
+        let held = &mut renewal.held;
+        let o = out[0];
+        let mut d = o.decision;
+        if d.is_allowed() {
+            let granted = o.extra.max(n);
+            self.admitted.fetch_add(n, Ordering::Relaxed);
+            held.left = granted - n;
+            held.ticket = o.ticket;
+            let most = self.config.max_duration;
+            let lasts = u64::try_from(o.valid_us)
+                .map_or(most, |us| most.min(core::time::Duration::from_micros(us)));
+            held.until = Some(sent + lasts);
+            d = Decision::allowed(
+                limit,
+                d.remaining() + held.left,
+                d.reset_after().as_nanos() as u64,
+            );
+            held.denied_until = None;
+        } else if let Some(wait) = d.retry_after() {
+            // Nothing of cost `n` or more fits before then, unless a refund or a
+            // returned lease frees room: deny locally until then.
+            held.denied_until = Some(sent + wait);
+            held.denied_n = n;
         }
-        Ok(())
+        let mut r = RedisDecision::new(d, Path::Redis);
+        r.set_server_time(time);
+        Ok(r)
+    }
+
+    /// Every key's lease, to be given back one at a time ([`Leased::take`]).
+    pub(crate) fn all(&self) -> Vec<Leased> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .map(|(key, entry)| Leased {
+                key: key.clone(),
+                entry: entry.clone(),
+            })
+            .collect()
     }
 }
 
-impl RedisLimiter {
-    /// Round trips to Redis made for leases, and units admitted through leases (from Redis
-    /// or locally), since the limiter was built: the first over the second, times 1000, is
-    /// the round trips per 1000 admitted units. `(0, 0)` without leases.
-    pub fn lease_stats(&self) -> (u64, u64) {
-        self.inner.leases.as_ref().map_or((0, 0), Leases::stats)
+/// One key's lease, not locked (see [`Leases::all`]).
+pub(crate) struct Leased {
+    key: String,
+    entry: Arc<tokio::sync::Mutex<KeyLease>>,
+}
+
+impl Leased {
+    /// The lease locked, its unused units taken off it for the caller to give back
+    /// ([`Returned::call`], [`Op::Release`](super::script::Op::Release)); `None` if it has
+    /// none.
+    pub(crate) async fn take(self) -> Option<Returned> {
+        let mut held = self.entry.lock_owned().await;
+        if held.left == 0 {
+            return None;
+        }
+        let (back, ticket) = (held.left, held.ticket);
+        held.left = 0;
+        held.until = None;
+        Some(Returned {
+            key: self.key,
+            back,
+            ticket,
+            _held: held,
+        })
+    }
+}
+
+/// A key's lease, locked while its renewal is asked of Redis (see [`Leases::take`]).
+pub(crate) struct Renewal {
+    /// The cost asked for.
+    n: u64,
+    /// The old lease's unused units, given back in the same call, and their charge's ticket.
+    back: u64,
+    ticket: Ticket,
+    limit: u64,
+    /// When the request was sent: a counter's lease ends that long before its bucket does.
+    sent: Instant,
+    held: tokio::sync::OwnedMutexGuard<KeyLease>,
+}
+
+impl Renewal {
+    /// The script call that renews the lease, for a limiter of `shape` whose Redis keys for
+    /// this key are `keys`.
+    pub(crate) fn call<'s>(&self, shape: &'s Shape, keys: (String, String)) -> Call<'s> {
+        Call {
+            shape,
+            keys,
+            n: self.held.size.max(self.n),
+            back: self.back,
+            ticket: self.ticket,
+            need: self.n,
+        }
+    }
+}
+
+/// A key's lease being given back: its unused units, its lease locked until this is dropped
+/// (after the call that gives them back).
+pub(crate) struct Returned {
+    /// The key (not its Redis keys).
+    pub(crate) key: String,
+    back: u64,
+    ticket: Ticket,
+    _held: tokio::sync::OwnedMutexGuard<KeyLease>,
+}
+
+impl Returned {
+    /// The script call that gives the units back, as [`Renewal::call`].
+    pub(crate) fn call<'s>(&self, shape: &'s Shape, keys: (String, String)) -> Call<'s> {
+        Call {
+            shape,
+            keys,
+            n: 0,
+            back: self.back,
+            ticket: self.ticket,
+            need: 0,
+        }
     }
 }

@@ -9,8 +9,10 @@ use tokio::time::Instant;
 
 use super::breaker::{Breaker, Pass};
 use super::conn::Connection;
+use super::decision::{Path, RedisDecision};
+use super::lease::{LeaseConfig, Leases};
 use super::script::{self, Call, Entry, Invocation, Op, Outcome, Shape, Ticket};
-use super::{Error, batch, lease};
+use super::{Degraded, Error, batch};
 use crate::clock::Clock;
 use crate::decision::{CostError, Decision};
 use crate::keyed::KeyedLimiter;
@@ -28,116 +30,6 @@ pub enum Policy {
     /// `P ×` its limit pass in a window while Redis is away. Set it to the shared limit
     /// divided by the number of processes to keep the total near the shared limit.
     Local(Quota),
-}
-
-/// Which path made a decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Path {
-    /// The script on the Redis server.
-    Redis,
-    /// A lease this process holds (see [`RedisLimiterBuilder::leases`]).
-    Lease,
-    /// [`Policy::Local`]: the local fallback quota, Redis being unavailable.
-    Fallback,
-    /// [`Policy::Allow`], Redis being unavailable.
-    PolicyAllow,
-    /// [`Policy::Deny`], Redis being unavailable.
-    PolicyDeny,
-}
-
-/// Why Redis did not decide.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Degraded {
-    /// No answer within the deadline.
-    Deadline,
-    /// The server answered with an error, or the connection failed.
-    Failed,
-    /// The circuit breaker was open: Redis was not asked.
-    BreakerOpen,
-}
-
-/// The answer of a [`RedisLimiter`]: a [`Decision`], and which path made it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use = "a rate-limit decision does nothing unless `is_allowed` is consulted"]
-pub struct RedisDecision {
-    decision: Decision,
-    path: Path,
-    degraded: Option<Degraded>,
-    server_time: u64,
-}
-
-impl RedisDecision {
-    pub(crate) fn new(decision: Decision, path: Path) -> RedisDecision {
-        RedisDecision {
-            decision,
-            path,
-            degraded: None,
-            server_time: 0,
-        }
-    }
-
-    pub(crate) fn set_server_time(&mut self, micros: u64) {
-        self.server_time = micros;
-    }
-
-    /// The decision: allowed or not, `remaining`, `retry_after`, `reset_after`, as a local
-    /// limiter's. A decision of [`Policy::Allow`] or [`Policy::Deny`] reports `remaining` 0
-    /// and, when denied, a `retry_after` of the breaker's cool-down.
-    pub fn decision(&self) -> Decision {
-        self.decision
-    }
-
-    /// Whether the request was admitted (and charged).
-    pub fn is_allowed(&self) -> bool {
-        self.decision.is_allowed()
-    }
-
-    /// See [`Decision::remaining`]; for a lease, what this process's lease has left.
-    pub fn remaining(&self) -> u64 {
-        self.decision.remaining()
-    }
-
-    /// See [`Decision::retry_after`].
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.decision.retry_after()
-    }
-
-    /// See [`Decision::reset_after`].
-    pub fn reset_after(&self) -> Duration {
-        self.decision.reset_after()
-    }
-
-    /// The quota's limit.
-    pub fn limit(&self) -> u64 {
-        self.decision.limit()
-    }
-
-    /// Which path made the decision.
-    pub fn path(&self) -> Path {
-        self.path
-    }
-
-    /// Why Redis did not decide, if it did not.
-    pub fn degraded(&self) -> Option<Degraded> {
-        self.degraded
-    }
-
-    /// The time the script judged at, in microseconds since the Unix epoch (the server's
-    /// `TIME`, or the test clock's reading), for decisions Redis made; 0 otherwise.
-    pub fn server_time_micros(&self) -> u64 {
-        self.server_time
-    }
-}
-
-/// Leases: how large a slice of a key's window one process may take at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LeaseConfig {
-    /// The largest lease, in units of cost. Each process can hold up to this much of a key's
-    /// window unused, so requests elsewhere are denied for at most `processes × max` units
-    /// that sit in leases.
-    pub max: u64,
-    /// The longest a lease is held, for GCRA (counter leases end with their bucket).
-    pub max_duration: Duration,
 }
 
 /// A limit on every key, shared through Redis by every process that builds a `RedisLimiter`
@@ -160,7 +52,7 @@ pub(crate) struct Inner {
     pub(crate) fallback: Option<KeyedLimiter<String>>,
     clock: Option<Arc<dyn Clock>>,
     max_key_len: usize,
-    pub(crate) leases: Option<lease::Leases>,
+    pub(crate) leases: Option<Leases>,
     last_error: Mutex<Option<String>>,
 }
 
@@ -244,7 +136,14 @@ impl RedisLimiter {
         self.validate(n)?;
         let keys = self.keys(key)?;
         if let Some(leases) = &self.inner.leases {
-            return leases.check(self, key, keys, n).await;
+            let renewal = match leases.take(key, n, self.inner.shape.quota.limit()).await {
+                Ok(decided) => return Ok(decided),
+                Err(renewal) => renewal,
+            };
+            let answer = self
+                .run(Op::Lease, &[renewal.call(&self.inner.shape, keys)])
+                .await;
+            return self.or_policy(key, n, false, leases.renewed(renewal, answer));
         }
         self.decide(key, keys, n, Op::Check).await
     }
@@ -278,10 +177,17 @@ impl RedisLimiter {
     /// window at once): call it before a process exits, or leases end on their own, their
     /// unused units counted until they leave the window.
     pub async fn return_leases(&self) -> Result<(), Error> {
-        match &self.inner.leases {
-            Some(l) => l.return_all(self).await,
-            None => Ok(()),
+        let Some(leases) = &self.inner.leases else {
+            return Ok(());
+        };
+        for leased in leases.all() {
+            let Some(returned) = leased.take().await else {
+                continue;
+            };
+            let call = returned.call(&self.inner.shape, self.keys(&returned.key)?);
+            self.run(Op::Release, &[call]).await?;
         }
+        Ok(())
     }
 
     pub(crate) fn validate(&self, n: u64) -> Result<(), Error> {
@@ -423,18 +329,29 @@ impl RedisLimiter {
             self.inner.conn.batches.send(request).map_err(|_| gone())?;
             answer.await.map_err(|_| gone())?
         });
-        match asked.await {
-            Ok((time, decision)) => Ok(RedisDecision {
-                decision,
-                path: Path::Redis,
-                degraded: None,
-                server_time: time,
-            }),
+        let decided = asked.await.map(|(time, decision)| {
+            let mut d = RedisDecision::new(decision, Path::Redis);
+            d.set_server_time(time);
+            d
+        });
+        self.or_policy(key, n, peek, decided)
+    }
+
+    /// `decided`, or the policy's decision for cost `n` on `key` if Redis did not decide (no
+    /// answer, an error answer or a failed connection); an error no wait can fix as it is.
+    fn or_policy(
+        &self,
+        key: &str,
+        n: u64,
+        peek: bool,
+        decided: Result<RedisDecision, Error>,
+    ) -> Result<RedisDecision, Error> {
+        match decided {
             Err(Error::Unavailable(why)) => Ok(self.degrade(key, n, peek, why)),
             Err(Error::Redis(_) | Error::Reply(_)) => {
                 Ok(self.degrade(key, n, peek, Degraded::Failed))
             }
-            Err(e) => Err(e),
+            decided => decided,
         }
     }
 
@@ -462,12 +379,7 @@ impl RedisLimiter {
                 (Decision::denied(limit, 0, wait.max(1), 0), Path::PolicyDeny)
             }
         };
-        RedisDecision {
-            decision,
-            path,
-            degraded: Some(why),
-            server_time: 0,
-        }
+        RedisDecision::by_policy(decision, path, why)
     }
 }
 
@@ -560,7 +472,7 @@ impl RedisLimiterBuilder {
                     "leases need a bucketed quota (Strict, Weighted, fixed window or GCRA), not the exact log".into(),
                 ));
             }
-            Some(c) => Some(lease::Leases::new(c, q.limit())),
+            Some(c) => Some(Leases::new(c, q.limit())),
             None => None,
         };
         Ok(RedisLimiter {
@@ -578,5 +490,14 @@ impl RedisLimiterBuilder {
                 last_error: Mutex::new(None),
             }),
         })
+    }
+}
+
+impl RedisLimiter {
+    /// Round trips to Redis made for leases, and units admitted through leases (from Redis
+    /// or locally), since the limiter was built: the first over the second, times 1000, is
+    /// the round trips per 1000 admitted units. `(0, 0)` without leases.
+    pub fn lease_stats(&self) -> (u64, u64) {
+        self.inner.leases.as_ref().map_or((0, 0), Leases::stats)
     }
 }

@@ -73,19 +73,21 @@
 mod batch;
 mod breaker;
 mod conn;
+mod decision;
 #[cfg(feature = "tower")]
 mod http;
 mod lease;
 mod limiter;
 mod multi;
+mod raw;
 mod script;
 
 use thiserror::Error;
 
 pub use conn::Connection;
-pub use limiter::{
-    Degraded, LeaseConfig, Path, Policy, RedisDecision, RedisLimiter, RedisLimiterBuilder,
-};
+pub use decision::{Path, RedisDecision};
+pub use lease::LeaseConfig;
+pub use limiter::{Policy, RedisLimiter, RedisLimiterBuilder};
 pub use multi::{RedisMultiDecision, check_all};
 pub use script::{MAX_MARKED_GRANULARITY_NANOS, MAX_WINDOW_MICROS};
 
@@ -131,4 +133,15 @@ impl Error {
             source,
         }
     }
+}
+
+/// Why Redis did not decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Degraded {
+    /// No answer within the deadline.
+    Deadline,
+    /// The server answered with an error, or the connection failed.
+    Failed,
+    /// The circuit breaker was open: Redis was not asked.
+    BreakerOpen,
 }

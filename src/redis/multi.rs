@@ -28,8 +28,10 @@ use core::time::Duration;
 
 use futures_util::future::join_all;
 
+use super::Degraded;
 use super::Error;
-use super::limiter::{Degraded, Path, RedisLimiter};
+use super::decision::Path;
+use super::limiter::RedisLimiter;
 use super::script::{self, Call, Op, Outcome};
 
 /// The answer to a [`check_all`]: allowed (every limit charged) or denied (none charged),

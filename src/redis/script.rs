@@ -57,8 +57,8 @@ pub(crate) struct Shape {
     interval_us: u64,
     interval_ns: u64,
     slack_ms: u64,
-    /// The eight numbers as `decide` takes them ([`Shape::text`]), made once: formatted for
-    /// every call, they were about a tenth of a lone check's client-side instructions.
+    /// The eight numbers as `decide` takes them ([`Shape::text`]), made once: formatting them
+    /// for every call was a visible share of a lone check's client-side work (`benches/redis.rs`).
     text: Arc<str>,
 }
 
@@ -150,8 +150,8 @@ impl Shape {
 /// needs it non-empty and not starting with `}` (else the tag would be empty). The two forms
 /// never meet (`t` against `{`), so distinct keys never share state.
 pub(crate) fn keys(prefix: &str, key: &str) -> Result<(String, String), Error> {
-    // Built by hand: through `format!` the two names were a fifth of a lone check's
-    // client-side instructions.
+    // Built by hand: through `format!` the two names were a visible share of a lone check's
+    // client-side work (`benches/redis.rs`).
     let (open, close) = if has_tag(key) {
         ("t:", "")
     } else if key.is_empty() || key.starts_with('}') {

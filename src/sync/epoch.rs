@@ -6,9 +6,9 @@
 //! full fence (a locked instruction), so that the check's loads cannot be ordered before the
 //! store, and keeps counts of guards and pins in its record. Here the pin stores the epoch
 //! and executes only a *compiler* fence; a nested guard is told by the record's epoch word
-//! being set already, and pins are counted only while garbage waits. A pin and unpin in a
-//! loop: 1.27 ns against crossbeam-epoch's 2.38; `keyed_allowed` at 1000 keys 24.1 / 25.0 ns
-//! against 30.3 / 28.0 with crossbeam-epoch's pin (docs/benchmarks.md). The processor fence
+//! being set already, and pins are counted only while garbage waits. A pin and unpin cost
+//! about half of crossbeam-epoch's, and a keyed check is faster for it (`keyed_allowed/1000`;
+//! docs/benchmarks.md). The processor fence
 //! the reader skipped is supplied, when it matters, by the reclaimer: Linux's `membarrier` with
 //! `MEMBARRIER_CMD_PRIVATE_EXPEDITED` runs a full fence on every processor running one of the
 //! process's threads before it returns — the asymmetric fences of liburcu, folly and the
@@ -96,9 +96,9 @@ const BAG: usize = 64;
 const PINS_PER_COLLECT: usize = 128;
 
 /// The least time between two fenced collections, but for [`reclaim`]'s. A `membarrier`
-/// took 9.6 µs here with another thread of the process running (an interrupt to its
-/// processor, which it also delays), 0.35 µs with none; at most a thousand a second bound
-/// its cost to about 1% of a processor however fast objects are retired.
+/// with another thread of the process running interrupts that thread's processor, and costs
+/// microseconds (far more than with none); at most a thousand a second bound its cost to a
+/// small share of a processor however fast objects are retired.
 #[cfg(not(slidegate_loom))]
 const FENCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
 

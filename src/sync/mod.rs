@@ -185,7 +185,7 @@ pub(crate) unsafe trait Words: Copy {}
 /// forward its data to the load, which waits for both to reach the cache (a
 /// store-forwarding stall; `docs/benchmarks.md`, "Store-forwarding stalls").
 #[inline(always)]
-pub(crate) fn relayed<T: Words>(value: &T) -> T {
+pub(crate) fn copy_by_words<T: Words>(value: &T) -> T {
     let mut copy = core::mem::MaybeUninit::<T>::uninit();
     let (from, to) = (
         (value as *const T).cast::<u64>(),
@@ -208,10 +208,10 @@ mod tests {
     /// The word-at-a-time copy copies every word: a decision whose five fields all differ
     /// comes back equal (a copy that stopped a word short, or read one twice, would not).
     #[test]
-    fn a_relayed_decision_is_the_same_decision() {
+    fn a_decision_copied_by_words_is_the_same_decision() {
         let decision = Decision::denied(5, 4, 3, 2);
-        assert_eq!(super::relayed(&decision), decision);
+        assert_eq!(super::copy_by_words(&decision), decision);
         let allowed = Decision::allowed(9, 8, 7);
-        assert_eq!(super::relayed(&allowed), allowed);
+        assert_eq!(super::copy_by_words(&allowed), allowed);
     }
 }

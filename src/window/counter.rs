@@ -51,13 +51,13 @@ pub(crate) fn charge_fast<S: Slots>(
 }
 
 /// [`charge_fast`], which with `INLINE_DENIAL` also judges Strict's common denial on the same
-/// reading, inline ([`deny_strict`]). The keyed check does: a keyed denial took 341
-/// instructions with it inline and 410 with a call, an allowed keyed check 303 and 312
-/// (callgrind, `ManualClock`, a Strict hour of ten buckets, 1000 `u64` keys). The direct
-/// check does not: with the denial inline its allowed check took 105 instructions against
-/// 95, and with a call to it in the fast path, though 95 instructions, 14.2–14.7 ns against
-/// 9.7–10.2 without (`check_allowed/slidegate_strict/10`, governor 10.0–11.0 in the same
-/// runs); it leaves the denial to the general loop's [`deny_fast`], out of line.
+/// reading, inline ([`deny_strict`]). The keyed check does: inline, its denial does less
+/// work than through a call, and its admission too (callgrind over a Strict hour of ten
+/// buckets and 1000 `u64` keys; `keyed_denied`, `keyed_allowed`). The direct check does not:
+/// inline, the denial adds to every allowed check's instructions, and even a call to it from
+/// the fast path, which adds none, made the allowed check slower than governor's
+/// (`check_allowed/slidegate_strict/10`); it leaves the denial to the general loop's
+/// [`deny_fast`], out of line.
 #[inline(always)]
 fn fast_check<const INLINE_DENIAL: bool, S: Slots>(
     ring: Ring<'_, S>,

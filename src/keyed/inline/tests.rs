@@ -3,12 +3,13 @@
 use core::time::Duration;
 
 use super::*;
+use crate::window::line;
 
 const G: u64 = LINE_MIN_GRANULARITY;
 
 /// A Strict check of `cost` against `limit` on `key` at `t`: whether it was admitted.
 fn check(table: &InlineTable, key: u64, hash: u64, t: u64, limit: u64, cost: u64) -> bool {
-    let rule = line::strict(limit, table.buckets, G);
+    let rule = line_counter::strict(limit, table.buckets, G);
     table.check(key, hash, &rule, || t, cost).is_allowed()
 }
 
@@ -165,7 +166,7 @@ fn a_small_next_table_is_filled_only_after_its_migration_ends() {
 fn a_denial_carries_the_whole_decision() {
     // L = 1 over N = 2 buckets: a unit at t = 1 leaves the window when bucket 3 starts.
     let table = InlineTable::new(2);
-    let rule = line::strict(1, 2, G);
+    let rule = line_counter::strict(1, 2, G);
     assert!(table.check(1, mix(1), &rule, || 1, 1).is_allowed());
     let denied = table.check(1, mix(1), &rule, || 1, 1);
     assert!(!denied.is_allowed());
@@ -233,7 +234,7 @@ fn evictions_alone_finish_a_migration() {
 #[test]
 fn a_refund_frees_units_of_its_key_in_either_table() {
     let table = InlineTable::new(2);
-    let rule = line::strict(3, 2, G);
+    let rule = line_counter::strict(3, 2, G);
     assert!(check(&table, 0, mix(0), 1, 3, 3));
     assert_eq!(table.refund(0, mix(0), &rule, || 2, 1), Some(1));
     assert_eq!(table.sum(0, mix(0), G, 2), Some(2));

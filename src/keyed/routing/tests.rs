@@ -1,7 +1,7 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use super::Lines;
+use super::InlineStore;
 use crate::clock::ManualClock;
 use crate::quota::{Mode, Quota};
 use crate::{KeyedLimiter, Limit, SlidingWindow, check_all};
@@ -17,7 +17,7 @@ fn limiter(limit: u64, clock: &ManualClock) -> KeyedLimiter<u64, ManualClock> {
 /// The keys held in the table and in the store.
 fn held<C: crate::clock::Clock>(keyed: &KeyedLimiter<u64, C>) -> (usize, usize) {
     (
-        keyed.lines.as_ref().map_or(0, Lines::len),
+        keyed.inline.as_ref().map_or(0, InlineStore::len),
         keyed.store.len(),
     )
 }
@@ -52,7 +52,7 @@ fn a_key_goes_inline_when_its_type_and_quota_fit_a_line() {
     for (case, quota) in cases {
         let keyed = KeyedLimiter::<u64, _>::with_clock(quota, clock.clone());
         let _ = keyed.check(&1);
-        assert!(keyed.lines.is_none(), "{case}");
+        assert!(keyed.inline.is_none(), "{case}");
         assert_eq!(keyed.len(), 1, "{case}");
     }
     for mode in [Mode::Weighted, Mode::FixedWindow] {
@@ -61,7 +61,7 @@ fn a_key_goes_inline_when_its_type_and_quota_fit_a_line() {
         assert_eq!(held(&keyed), (1, 0), "{mode:?}");
     }
     let strings = KeyedLimiter::<String, _>::with_clock(second, clock.clone());
-    assert!(strings.lines.is_none(), "a key type without a word");
+    assert!(strings.inline.is_none(), "a key type without a word");
 }
 
 /// A key `check_all` reserves on leaves the table with its counts: its decisions go on as a
@@ -239,10 +239,10 @@ fn checks_racing_moves_admit_each_limit_exactly() {
         assert_eq!(keyed.peek(&(key as u64)).remaining(), 0, "key {key}");
     }
     assert_eq!(keyed.len(), KEYS as usize);
-    let (lines, store) = held(&keyed);
+    let (inline, store) = held(&keyed);
     assert!(
-        store > 0 && lines > 0,
-        "moves and keys left in the table: {lines}, {store}"
+        store > 0 && inline > 0,
+        "moves and keys left in the table: {inline}, {store}"
     );
 }
 

@@ -7,8 +7,11 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::algo::Op;
+use crate::algo::sliding_counter::CounterRule;
+use crate::decision::Decision;
 use crate::quota::{Mode, Quota};
 use crate::window::counter;
+use crate::window::line_counter::{self, *};
 use crate::window::ring::{self, JudgedCum};
 
 /// The shortest bucket a line ring takes.
@@ -322,7 +325,7 @@ fn on_both(
             *t += d * G / 4;
             let (now, n) = (*t, cost(n));
             (
-                Answer::Decision(super::charge(line, rule, || now, n)),
+                Answer::Decision(line_counter::charge(line, rule, || now, n)),
                 Answer::Decision(counter::charge(ring, rule, || now, n)),
             )
         }
@@ -330,7 +333,7 @@ fn on_both(
             *t += d * G / 4;
             let (now, n) = (*t, cost(n));
             (
-                Answer::Decision(super::peek(line, rule, || now, n)),
+                Answer::Decision(line_counter::peek(line, rule, || now, n)),
                 Answer::Decision(counter::decide(ring, rule, || now, n, Op::Peek).map(|d| d.0)),
             )
         }
@@ -338,14 +341,14 @@ fn on_both(
             *t += d * G / 4;
             let (now, n) = (*t, n * scale);
             (
-                Answer::Freed(super::refund(line, rule, || now, n)),
+                Answer::Freed(line_counter::refund(line, rule, || now, n)),
                 Answer::Freed(counter::refund(ring, rule, || now, n)),
             )
         }
         Call::Behind(d, n) => {
             let (now, n) = (t.saturating_sub(d * G / 4), cost(n));
             (
-                Answer::Decision(super::charge(line, rule, || now, n)),
+                Answer::Decision(line_counter::charge(line, rule, || now, n)),
                 Answer::Decision(counter::charge(ring, rule, || now, n)),
             )
         }
@@ -409,7 +412,7 @@ fn decisions_hold_across_the_wrap_of_the_count() {
     for b in 0..40 {
         let t = 2 * b * G + G / 2;
         for n in [limit, 1] {
-            let ours = super::charge(&line, &rule, || t, n);
+            let ours = line_counter::charge(&line, &rule, || t, n);
             assert_eq!(ours, counter::charge(ring, &rule, || t, n), "bucket {b}");
             assert_eq!(ours.map(|d| d.is_allowed()), Some(n == limit), "bucket {b}");
         }
@@ -433,11 +436,11 @@ fn the_fast_path_decides_wherever_the_front_falls() {
             let ring = Ring::<Compact>::from_parts(ring::packed(&rw), n);
             for step in 1..=n + 2 {
                 let t = step * (n + 2) * G + G / 2;
-                let first = super::charge(&line, &rule, || t, 1);
+                let first = line_counter::charge(&line, &rule, || t, 1);
                 assert_eq!(first, counter::charge(ring, &rule, || t, 1));
                 assert!(first.is_some_and(|d| d.is_allowed()), "{mode:?}, N = {n}");
                 for allowed in [true, false] {
-                    let fast = line.fast(&rule, || t, 1);
+                    let fast = charge_fast(&line, &rule, || t, 1);
                     let at = format!("{mode:?}, N = {n}, bucket {}", t / G);
                     assert!(fast.is_some(), "the general loop decided: {at}");
                     assert_eq!(fast, counter::charge(ring, &rule, || t, 1), "{at}");

@@ -215,10 +215,10 @@ impl Slots for Compact {
     const SNAPSHOT_BITS: u32 = 24;
 
     // The tag in the low 8 bits, the snapshot above it. With the tag in the top 8 bits, as a
-    // wide slot has it, an allowed check at a million keys took 326–358 ns against the wide
-    // slots' 197–212, with the same instructions and the same simulated cache misses
-    // (callgrind, cachegrind); with the tag low, 207–209 (`keyed_allowed`, examples run
-    // alternately). Why is not known; the layout is what was measured faster.
+    // wide slot has it, an allowed check at a million keys was much slower than the wide
+    // slots' with the same instructions and the same simulated cache misses (callgrind,
+    // cachegrind); with the tag low, as fast (`keyed_allowed/1000000`, run alternately). Why
+    // is not known; the layout is what was measured faster.
 
     #[inline(always)]
     fn pack(bucket: u64, snapshot: u32) -> u64 {
