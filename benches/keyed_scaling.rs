@@ -26,7 +26,7 @@
 //!   of `MAX_LIMIT`: the general store);
 //! - `separate_limiters`: each thread a limiter of its own;
 //! - `slidegate_inline`: `slidegate` with a limit of 2²¹, whose `u64` keys live in the
-//!   inline table (`docs/inline-store.md`);
+//!   inline table (`docs/design.md`, 4.5);
 //! - `floor_sparse`, `floor_eighth`: the floor of an inline store's check (the bench's
 //!   `common/inline.rs`) with both threads' keys in one table at load 1/32, and at 1/8 as
 //!   in `slidegate_inline`;

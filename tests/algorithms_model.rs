@@ -1,6 +1,6 @@
 //! Property tests for every algorithm behind the one interface: on any sequence of (clock
 //! step, check / peek / refund), a `SlidingWindow` run from one thread on a `ManualClock`
-//! decides exactly what the reference model (`tests/common`) decides, and one key of a
+//! decides exactly what the reference model (`slidegate-testkit`) decides, and one key of a
 //! `KeyedLimiter` decides exactly what the direct limiter does.
 
 use slidegate_testkit::model as common;

@@ -2,7 +2,7 @@
 //! step, check / peek / refund), a `RedisLimiter` on a real `redis-server`, judging at a
 //! test clock's time, decides exactly what the local `SlidingWindow` decides on the same
 //! clock — allowed, remaining, retry_after, reset_after, and what a refund frees — and both
-//! equal the reference model (`tests/common`). Quotas are in whole microseconds (the
+//! equal the reference model (`slidegate-testkit`). Quotas are in whole microseconds (the
 //! backend's resolution); times start at 0 or at today's Unix time and jump by up to years.
 #![cfg(feature = "redis")]
 

@@ -1,5 +1,5 @@
 //! What the two-thread scaling measurements of `benches/keyed.rs` and
-//! `examples/keyed_scaling.rs` share besides `common`'s `two_threads`: one thread's timing,
+//! `benches/keyed_scaling.rs` share besides `common`'s `two_threads`: one thread's timing,
 //! work that shares nothing, and the memory work of a keyed check and nothing else.
 
 use std::hint::black_box;

@@ -1,9 +1,9 @@
 //! The shared code of slidegate's fuzz targets (`fuzz_targets/`, run with cargo-fuzz; see
 //! TESTING.md).
 //!
-//! The command's readers are compiled here from the command's own source files, included by
-//! path, so the targets fuzz exactly the code `slidegate` runs; the reference model is the
-//! one the property tests use (`tests/common/mod.rs`), included the same way.
+//! The targets call the command's own readers (the `slidegate-cli` and `slidegate-serve`
+//! crates' hidden items), so they fuzz exactly the code `slidegate` runs; the reference model
+//! is the one the property tests use (`slidegate-testkit`).
 
 // The simulator's trace reader (`slidegate simulate --trace`).
 use slidegate_cli::simulate::trace;

@@ -13,7 +13,7 @@ use crate::window::state::{Head, Shape, State};
 /// The alignment of every entry: 8, so that a slot pointing to one has three tag bits for
 /// the table (see `store.rs`). Sixteen would give a fourth, but round every entry's size up
 /// to 16 bytes: the entry of a compact ring of ten buckets on a `u64` key is 104 bytes
-/// (`examples/keyed_memory.rs`).
+/// (`benches/keyed_memory.rs`).
 pub(crate) const ENTRY_ALIGN: usize = 8;
 
 /// One key's entry: hash, state head, key, then the state's words inline, in one allocation
@@ -179,7 +179,7 @@ mod tests {
         compact: true,
     };
 
-    /// What `examples/keyed_memory.rs` measures at `N = 10`: a `u64` key's entry is 104
+    /// What `benches/keyed_memory.rs` measures at `N = 10`: a `u64` key's entry is 104
     /// bytes (hash-and-length word, 16-byte head, key, `front`, `goal`, `cum`, six words of
     /// snapshots), and the pool carves entries of it 104 bytes apart.
     #[test]

@@ -5,8 +5,8 @@
 //! quota fits a line ring, one table per limiter: slots hold the key's word, its hash and
 //! its window of `N ≤ 10` buckets; the limiter judges each check with the key's rule
 //! (Strict, Weighted or the fixed window). Which keys live here, and the moves to the store,
-//! are the limiter's ([`super::routing`]); `docs/inline-store.md` has the design and its
-//! measurements.
+//! are the limiter's ([`super::routing`]); `docs/design.md` (4.5) has the design, and
+//! `docs/notes/inline-store-measurements.md` its measurements.
 //!
 //! # A slot
 //! `key`, then the seven words of a [`Line`] ring: its word and six words of compact slots,
@@ -122,8 +122,8 @@ const MIN_CAPACITY: usize = 4;
 /// up to 2/3 of its slots, 96 to 192 bytes per key (probes of about 2 slots). Why both: a
 /// thousand keys' checks and two threads' pairs are faster at load 1/8, and at a million keys
 /// the denser table costs the checks little for a third less memory (`keyed_allowed`,
-/// `keyed_2_threads`; `docs/inline-store.md`, "A table of any size, and sparse small
-/// tables").
+/// `keyed_2_threads`; `docs/notes/inline-store-measurements.md`, "A table of any size, and
+/// sparse small tables").
 const SPARSE_MAX: usize = 1 << 16;
 
 /// A sparse table's load, at most: one slot in eight in use.

@@ -6,7 +6,7 @@
 //! key and its hash cannot share one cache line. This ring keeps one word and the `N + 1`
 //! compact slots: at `N = 10`, 8 + 44 bytes, leaving 12 for an 8-byte key and a 32-bit hash
 //! (the half slot after the eleventh). The keyed limiter's inline table
-//! ([`crate::keyed::inline`]) keeps one in each key's slot (see `docs/inline-store.md`).
+//! ([`crate::keyed::inline`]) keeps one in each key's slot (see `docs/design.md`, 4.5).
 //!
 //! # The word
 //!
