@@ -36,6 +36,7 @@ pub(crate) fn fields(o: &Outcome, set: &RuleSet) -> [Option<HeaderValue>; 3] {
 }
 
 /// `Retry-After`, when denied and a wait would help.
+#[inline]
 pub(crate) fn retry_field(o: &Outcome) -> Option<HeaderValue> {
     o.retry_after.filter(|_| !o.allowed).map(retry_after)
 }

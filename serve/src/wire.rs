@@ -59,6 +59,7 @@ fn header_name(name: &str) -> String {
 }
 
 /// Milliseconds, rounded up: a client told to wait this long is never early.
+#[inline]
 pub(crate) fn ceil_ms(d: Duration) -> u64 {
     // In u64s: through `as_nanos`, a u128 division per figure of the answer.
     let ms = u64::from(d.subsec_nanos().div_ceil(1_000_000));

@@ -129,6 +129,7 @@ pub(super) async fn decide(
 /// The common request in memory, one status whose file rule enforces and can admit its cost: its
 /// check, without the general decision's future (which answers it alike, a test holds).
 /// `None`, and `statuses` left as they were, for any other.
+#[inline]
 pub(super) fn decide_one(
     set: &RuleSet,
     statuses: &mut Vec<Status>,
@@ -164,6 +165,7 @@ pub(super) fn decide_one(
 
 /// What the request charges status `i`'s rule and key: its cost for each status with the
 /// same rule and key.
+#[inline]
 pub(super) fn charged(statuses: &[Status], keys: &[String], i: usize, cost: u64) -> u64 {
     let s = &statuses[i];
     if statuses.len() == 1 {
@@ -181,6 +183,7 @@ pub(super) fn charged(statuses: &[Status], keys: &[String], i: usize, cost: u64)
     cost.saturating_mul(times as u64)
 }
 
+#[inline]
 pub(super) fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<RuleRef>) -> &'a Rule {
     which
         .as_ref()
@@ -190,6 +193,7 @@ pub(super) fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<RuleRef>) -> &'a R
 
 impl Status {
     /// The status of a request for `which` and `key`, before it is decided.
+    #[inline]
     pub(super) fn new(rule: Option<RuleRef>, key: usize) -> Status {
         Status {
             rule,
@@ -203,6 +207,7 @@ impl Status {
         }
     }
 
+    #[inline]
     pub(super) fn apply(&mut self, d: &Decision) {
         self.remaining = d.remaining();
         self.reset_after = d.reset_after();

@@ -101,6 +101,7 @@ pub(crate) struct Outcome {
 
 impl Outcome {
     /// The status with a rule and its rule, when only one status has one (the common answer).
+    #[inline]
     pub(crate) fn single<'a>(&'a self, set: &'a RuleSet) -> Option<(&'a Status, &'a Rule)> {
         let mut ruled = self
             .statuses
@@ -114,12 +115,14 @@ impl Outcome {
 
     /// Whether a status has an item in `RateLimit`: every one when admitted, the ones that
     /// deny when denied.
+    #[inline]
     pub(crate) fn in_limit(&self, s: &Status) -> bool {
         self.allowed || s.over
     }
 
     /// The `t` of a status's `RateLimit` item: when a denying rule admits again, else when
     /// its window empties.
+    #[inline]
     pub(crate) fn reset_of(&self, s: &Status) -> Duration {
         if s.over {
             s.retry_after.unwrap_or(s.reset_after)

@@ -140,6 +140,7 @@ impl RuleSet {
 
 /// A descriptor's counter key: the domain and entries, each length-prefixed so no two
 /// descriptors share a key.
+#[inline]
 pub(super) fn descriptor_key<'a>(
     key: &mut String,
     domain: &str,
@@ -181,6 +182,7 @@ impl Scratch {
     }
 
     /// An empty list with room for `n` statuses.
+    #[inline]
     pub(super) fn statuses(&mut self, n: usize) -> Vec<Status> {
         self.used = 0;
         let mut list = std::mem::take(&mut self.statuses);
@@ -189,6 +191,7 @@ impl Scratch {
     }
 
     /// The next key, empty with room for `n` bytes, and its index.
+    #[inline]
     pub(super) fn key(&mut self, n: usize) -> (usize, &mut String) {
         let at = self.used;
         self.used += 1;
@@ -201,6 +204,7 @@ impl Scratch {
     }
 
     /// Takes back a decided request's list.
+    #[inline]
     pub(super) fn recycle(&mut self, mut statuses: Vec<Status>) {
         statuses.clear();
         if statuses.capacity() <= MAX_DESCRIPTORS {

@@ -103,6 +103,7 @@ pub(crate) enum RuleRef {
 }
 
 impl RuleRef {
+    #[inline]
     pub(crate) fn get<'a>(&'a self, set: &'a RuleSet) -> &'a Rule {
         match self {
             RuleRef::InFile(i) => &set.rules[*i],

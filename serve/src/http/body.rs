@@ -83,6 +83,7 @@ impl Descriptor for DescriptorBody<'_> {
 
 impl<'a> CheckBody<'a> {
     /// The engine's request; field names in errors are this body's.
+    #[inline]
     pub(super) fn request(
         &'a self,
     ) -> Result<(engine::Request<'a, DescriptorBody<'a>>, u64), Invalid> {

@@ -37,6 +37,7 @@ pub(super) fn json(status: StatusCode, value: &impl Serialize) -> Response {
 }
 
 /// A response of JSON already written.
+#[inline]
 pub(super) fn json_body(status: StatusCode, body: impl Into<Body>) -> Response {
     let mut res = Response::new(body.into());
     *res.status_mut() = status;
@@ -50,6 +51,7 @@ pub(super) fn json_body(status: StatusCode, body: impl Into<Body>) -> Response {
 /// field: the integers by `itoa`, each rule's constant part (`"rule":…,"limit":…,
 /// "window_ms":…`) built once with the rules. Through serde, the answer cost more
 /// instructions than the decision it reports.
+#[inline]
 pub(super) fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
     // The common answer, admitted by one rule: its head written with the rule.
     if let ([s], true) = (&o.statuses[..], o.allowed)
@@ -91,6 +93,7 @@ pub(super) fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
 }
 
 /// A status after its rule's constant part: the figures, the flags, the closing brace.
+#[inline]
 pub(super) fn write_status_rest(out: &mut impl Out, r: &Rule, s: &Status) {
     put_u64(out, br#","remaining":"#, s.remaining);
     put_u64(out, br#","reset_after_ms":"#, ceil_ms(s.reset_after));
@@ -151,6 +154,7 @@ impl AsRef<[u8]> for AnswerBuf {
 /// The answer to `o`: its JSON body and its `RateLimit-Policy`, `RateLimit` and
 /// `Retry-After` fields. The common answer, with one rule, is one [`AnswerBuf`]; any other is
 /// the JSON in its own allocation and the fields of `Outcome::fields`.
+#[inline]
 pub(super) fn answer(set: &RuleSet, o: &Outcome) -> Response {
     let status = if o.allowed {
         StatusCode::OK
@@ -245,6 +249,7 @@ pub(super) fn reply(set: &RuleSet, o: &Outcome) -> Bytes {
 }
 
 /// Room for the JSON of `o`, so `write_reply` writes it without growing the buffer.
+#[inline]
 pub(super) fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
     // The widest status less its rule's part: a code, three numbers of at most 20 digits
     // with their names, the two flags.
@@ -257,6 +262,7 @@ pub(super) fn reply_capacity(set: &RuleSet, o: &Outcome) -> usize {
 }
 
 /// `name` and `value`'s digits.
+#[inline]
 pub(super) fn put_u64(out: &mut impl Out, name: &[u8], value: u64) {
     out.put(name);
     out.put(itoa::Buffer::new().format(value).as_bytes());
