@@ -3,8 +3,8 @@
 //! load, per API at start), so a request pays an atomic add per counter, not a lookup. The
 //! decision's time is the exception: fixed buckets of atomic counters ([`Timing`]), written
 //! after the exporter's text in the exporter's format, where the facade's histogram queued
-//! every sample for the exporter to sort at the next render (some 160 instructions per
-//! request, a tenth of what a decision costs beyond parsing its request).
+//! every sample for the exporter to sort at the next render, a cost on every request that
+//! `serve/benches/serve_instructions.sh` counts.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
