@@ -8,12 +8,12 @@
 //! and executes only a *compiler* fence; a nested guard is told by the record's epoch word
 //! being set already, and pins are counted only while garbage waits. A pin and unpin cost
 //! about half of crossbeam-epoch's, and a keyed check is faster for it (`keyed_allowed/1000`;
-//! docs/benchmarks.md). The processor fence
-//! the reader skipped is supplied, when it matters, by the reclaimer: Linux's `membarrier` with
-//! `MEMBARRIER_CMD_PRIVATE_EXPEDITED` runs a full fence on every processor running one of the
-//! process's threads before it returns — the asymmetric fences of liburcu, folly and the
-//! `seize` crate. Reclamation is rare (a bag of evicted entries or a retired table) and each
-//! costs one system call; checks are many and each saves its fence.
+//! `docs/notes/benchmarks-measurements.md`, "The store's own epoch reclamation"). The
+//! processor fence the reader skipped is supplied, when it matters, by the reclaimer: Linux's
+//! `membarrier` with `MEMBARRIER_CMD_PRIVATE_EXPEDITED` runs a full fence on every processor
+//! running one of the process's threads before it returns — the asymmetric fences of
+//! liburcu, folly and the `seize` crate. Reclamation is rare (a bag of evicted entries or a
+//! retired table) and each costs one system call; checks are many and each saves its fence.
 //!
 //! Where `membarrier` is not available (another system, an old kernel, a sandbox that
 //! refuses it, valgrind) both sides use a full fence, which is crossbeam-epoch's algorithm

@@ -183,7 +183,7 @@ pub(crate) unsafe trait Words: Copy {}
 /// merges into wider ones. For a value just stored a field at a time and then copied where
 /// a check returns it: copied with 16-byte loads, each over two of those stores, no store can
 /// forward its data to the load, which waits for both to reach the cache (a
-/// store-forwarding stall; `docs/benchmarks.md`, "Store-forwarding stalls").
+/// store-forwarding stall; `docs/notes/benchmarks-measurements.md`, "Store-forwarding stalls").
 #[inline(always)]
 pub(crate) fn copy_by_words<T: Words>(value: &T) -> T {
     let mut copy = core::mem::MaybeUninit::<T>::uninit();
