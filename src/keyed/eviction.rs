@@ -15,7 +15,8 @@
 //! - **`retain_recent`.** Every key idle now is evicted, a chunk of slots per taking of the
 //!   store's writer lock, so that inserts interleave with it.
 //!
-//! Every function here runs under the store's writer lock, which [`Slots`] holds.
+//! Every function here runs under the store's writer lock, which [`Slots`] holds, except
+//! [`retain_recent`], whose passes each take it.
 
 use core::ops::Range;
 
@@ -104,27 +105,55 @@ pub(super) fn make_room<T: Slots>(slots: &mut T, now: u64, force: bool) -> bool 
     }
 }
 
-/// Evicts every key idle at `now` in `range` of `slots` (clamped to the table): how many.
-pub(super) fn evict_idle_in<T: Slots>(slots: &mut T, range: Range<usize>, now: u64) -> usize {
+/// Evicts every key idle at `now` in `range` of `slots`, clamped to the table: how many,
+/// and the slot the clamped range ends at.
+pub(super) fn evict_idle_in<T: Slots>(
+    slots: &mut T,
+    range: Range<usize>,
+    now: u64,
+) -> (usize, usize) {
     let end = range.end.min(slots.capacity());
     let mut evicted = 0;
     for i in range.start..end {
         evicted += usize::from(slots.evict_if_idle(i, now));
     }
-    evicted
+    (evicted, end)
 }
 
 /// `retain_recent`'s passes: `pass(start, chunk)` takes the store's lock, evicts the idle
-/// keys of slots `start .. start + chunk` ([`evict_idle_in`]) and answers how many, or
-/// `None` once `start` is past the table's end. Returns the keys evicted in all.
+/// keys of slots `start .. start + chunk` ([`evict_idle_in`]) and answers how many and the
+/// slot it stopped at, or `None` once `start` is past the table's end. Each pass starts
+/// where the last stopped, so a table that grew between two passes is walked on from the
+/// old table's end, not from past it. Returns the keys evicted in all.
 pub(super) fn retain_recent(
     chunk: usize,
-    mut pass: impl FnMut(usize, usize) -> Option<usize>,
+    mut pass: impl FnMut(usize, usize) -> Option<(usize, usize)>,
 ) -> usize {
     let (mut evicted, mut start) = (0, 0);
-    while let Some(n) = pass(start, chunk) {
+    while let Some((n, end)) = pass(start, chunk) {
         evicted += n;
-        start += chunk;
+        start = end;
     }
     evicted
+}
+
+#[cfg(test)]
+mod tests {
+    /// A table of 512 slots that grows to 2048 after `retain_recent`'s first pass is walked
+    /// on from slot 512, each slot once (with each pass starting a whole chunk after the
+    /// last one's start, slots 512..1024 were never examined).
+    #[test]
+    fn a_table_grown_between_passes_is_walked_on_from_the_old_end() {
+        let (mut capacity, mut seen) = (512, Vec::new());
+        let evicted = super::retain_recent(1024, |start, chunk| {
+            (start < capacity).then(|| {
+                let end = (start + chunk).min(capacity);
+                seen.extend(start..end);
+                capacity = 2048;
+                (end - start, end)
+            })
+        });
+        assert_eq!(seen, (0..2048).collect::<Vec<_>>());
+        assert_eq!(evicted, 2048);
+    }
 }
