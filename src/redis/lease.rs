@@ -70,6 +70,15 @@ struct KeyLease {
     denied_n: u64,
 }
 
+impl KeyLease {
+    /// Takes the unused units off the lease, which ends: the units and their charge's
+    /// ticket, for the call that gives them back.
+    fn take_unused(&mut self) -> (u64, Ticket) {
+        self.until = None;
+        (core::mem::take(&mut self.left), self.ticket)
+    }
+}
+
 /// Entries kept before idle ones are swept.
 const SWEEP_ABOVE: usize = 1 << 16;
 
@@ -123,7 +132,7 @@ impl Leases {
         n: u64,
         limit: u64,
     ) -> Result<RedisDecision, Renewal> {
-        // A local decision waits on no I/O: see `RedisLimiter::run` on the cooperative budget.
+        // A local decision waits on no I/O: see `RedisLimiter::guarded` on the cooperative budget.
         tokio::task::coop::consume_budget().await;
         let mut held = self.entry(key).lock_owned().await;
         let now = Instant::now();
@@ -156,9 +165,7 @@ impl Leases {
         } else {
             held.size
         };
-        let (back, ticket) = (held.left, held.ticket);
-        held.left = 0;
-        held.until = None;
+        let (back, ticket) = held.take_unused();
         Err(Renewal {
             n,
             back,
@@ -228,22 +235,13 @@ pub(crate) struct Leased {
 }
 
 impl Leased {
-    /// The lease locked, its unused units taken off it for the caller to give back
-    /// ([`Returned::call`], [`Op::Release`](super::script::Op::Release)); `None` if it has
-    /// none.
+    /// The lease locked, for the caller to give its unused units back ([`Returned::call`],
+    /// [`Op::Release`](super::script::Op::Release)); `None` if it has none.
     pub(crate) async fn take(self) -> Option<Returned> {
-        let mut held = self.entry.lock_owned().await;
-        if held.left == 0 {
-            return None;
-        }
-        let (back, ticket) = (held.left, held.ticket);
-        held.left = 0;
-        held.until = None;
-        Some(Returned {
+        let held = self.entry.lock_owned().await;
+        (held.left > 0).then(|| Returned {
             key: self.key,
-            back,
-            ticket,
-            _held: held,
+            held,
         })
     }
 }
@@ -276,25 +274,26 @@ impl Renewal {
     }
 }
 
-/// A key's lease being given back: its unused units, its lease locked until this is dropped
-/// (after the call that gives them back).
+/// A key's lease being given back, locked until this is dropped (after the call that gives
+/// its units back).
 pub(crate) struct Returned {
     /// The key (not its Redis keys).
     pub(crate) key: String,
-    back: u64,
-    ticket: Ticket,
-    _held: tokio::sync::OwnedMutexGuard<KeyLease>,
+    held: tokio::sync::OwnedMutexGuard<KeyLease>,
 }
 
 impl Returned {
-    /// The script call that gives the units back, as [`Renewal::call`].
-    pub(crate) fn call<'s>(&self, shape: &'s Shape, keys: (String, String)) -> Call<'s> {
+    /// The script call that gives the unused units back, as [`Renewal::call`], the units
+    /// taken off the lease: made once the key's Redis keys are, so that a key error leaves
+    /// the lease as it was.
+    pub(crate) fn call<'s>(&mut self, shape: &'s Shape, keys: (String, String)) -> Call<'s> {
+        let (back, ticket) = self.held.take_unused();
         Call {
             shape,
             keys,
             n: 0,
-            back: self.back,
-            ticket: self.ticket,
+            back,
+            ticket,
             need: 0,
         }
     }

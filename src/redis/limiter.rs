@@ -181,10 +181,11 @@ impl RedisLimiter {
             return Ok(());
         };
         for leased in leases.all() {
-            let Some(returned) = leased.take().await else {
+            let Some(mut returned) = leased.take().await else {
                 continue;
             };
-            let call = returned.call(&self.inner.shape, self.keys(&returned.key)?);
+            let keys = self.keys(&returned.key)?;
+            let call = returned.call(&self.inner.shape, keys);
             self.run(Op::Release, &[call]).await?;
         }
         Ok(())
