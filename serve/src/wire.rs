@@ -72,6 +72,31 @@ pub(crate) fn ceil_ms(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn milliseconds_round_up() {
+        let reference =
+            |d: Duration| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let top = u64::MAX / 1000;
+        for (secs, nanos) in [
+            (0, 0),
+            (0, 1),
+            (0, 999_999),
+            (0, 1_000_000),
+            (0, 1_000_001),
+            (1, 500_000_000),
+            (3600, 999_999_999),
+            (top, 0),
+            (top, 615_000_000),
+            (top, 615_000_001),
+            (top, 999_999_999),
+            (top + 1, 0),
+            (u64::MAX, 999_999_999),
+        ] {
+            let d = Duration::new(secs, nanos);
+            assert_eq!(ceil_ms(d), reference(d), "{d:?}");
+        }
+    }
     use slidegate::Quota;
     use slidegate::http::fields::limit_item;
 

@@ -10,7 +10,3 @@
 
 pub mod model;
 pub mod redis_server;
-
-pub use model::{
-    MODES, Model, REDIS_MODES, assert_reset_is_tight, assert_retry_is_tight, worst_window,
-};

@@ -81,10 +81,10 @@ pub(super) async fn decide(
 
     for s in &mut statuses {
         // A clone, so the rule outlives the status's borrow (an `Arc` only for overrides).
-        let Some(which) = s.rule.clone() else {
+        let Some(rule) = s.rule.clone() else {
             continue;
         };
-        let r = which.get(set);
+        let r = rule.get(set);
         if s.never {
             // Never admitted: over (or, in shadow, would be), with no time to wait.
             let d = peek(&r.limiter, &keys[s.key]).await?;
@@ -184,15 +184,14 @@ pub(super) fn charged(statuses: &[Status], keys: &[String], i: usize, cost: u64)
 }
 
 #[inline]
-pub(super) fn rule_of<'a>(set: &'a RuleSet, which: &'a Option<RuleRef>) -> &'a Rule {
-    which
-        .as_ref()
+pub(super) fn rule_of<'a>(set: &'a RuleSet, rule: &'a Option<RuleRef>) -> &'a Rule {
+    rule.as_ref()
         .expect("an enforcing status has a rule")
         .get(set)
 }
 
 impl Status {
-    /// The status of a request for `which` and `key`, before it is decided.
+    /// The status of a request for `rule` and `key`, before it is decided.
     #[inline]
     pub(super) fn new(rule: Option<RuleRef>, key: usize) -> Status {
         Status {

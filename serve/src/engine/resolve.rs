@@ -104,7 +104,7 @@ impl RuleSet {
                         ));
                     }
                     let limit = d.limit().map_err(|m| Invalid::new(at("limit.unit"), m))?;
-                    let which = match (level, limit) {
+                    let rule = match (level, limit) {
                         (None, _) => None,
                         (Some(_), Some((limit, window))) => Some(
                             self.override_rule(limit, window, backend)
@@ -115,7 +115,7 @@ impl RuleSet {
                             rules::Target::None | rules::Target::Unlimited => None,
                         },
                     };
-                    items.push(Status::new(which, key));
+                    items.push(Status::new(rule, key));
                 }
                 // Envoy's `replaces`: a matched rule switches off the rules it names.
                 if self.replacing {

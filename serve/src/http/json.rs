@@ -55,9 +55,9 @@ pub(super) fn json_body(status: StatusCode, body: impl Into<Body>) -> Response {
 pub(super) fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
     // The common answer, admitted by one rule: its head written with the rule.
     if let ([s], true) = (&o.statuses[..], o.allowed)
-        && let Some(which) = &s.rule
+        && let Some(rule) = &s.rule
     {
-        let r = which.get(set);
+        let r = rule.get(set);
         out.put(r.wire.json_admitted.as_bytes());
         write_status_rest(out, r, s);
         out.put(b"]}");
@@ -76,11 +76,11 @@ pub(super) fn write_reply(out: &mut impl Out, set: &RuleSet, o: &Outcome) {
         if i > 0 {
             out.put(b",");
         }
-        let Some(which) = &s.rule else {
+        let Some(rule) = &s.rule else {
             out.put(br#"{"code":"OK","rule":null}"#);
             continue;
         };
-        let r = which.get(set);
+        let r = rule.get(set);
         out.put(if s.over {
             &br#"{"code":"OVER_LIMIT","#[..]
         } else {
@@ -123,7 +123,7 @@ impl Out for Vec<u8> {
 }
 
 /// Room for the JSON answer and the `RateLimit` value of an [`AnswerBuf`]; the answers of the
-/// rules in `examples/` take less than 250 bytes.
+/// rules in `serve/examples/` take less than 250 bytes.
 pub(super) const ANSWER_ROOM: usize = 384;
 
 /// The JSON answer and its `RateLimit` value side by side, which become one allocation
@@ -153,7 +153,7 @@ impl AsRef<[u8]> for AnswerBuf {
 
 /// The answer to `o`: its JSON body and its `RateLimit-Policy`, `RateLimit` and
 /// `Retry-After` fields. The common answer, with one rule, is one [`AnswerBuf`]; any other is
-/// the JSON in its own allocation and the fields of `Outcome::fields`.
+/// the JSON in its own allocation and the fields of [`headers::fields`](crate::headers::fields).
 #[inline]
 pub(super) fn answer(set: &RuleSet, o: &Outcome) -> Response {
     let status = if o.allowed {
