@@ -153,7 +153,7 @@ impl AsRef<[u8]> for AnswerBuf {
 
 /// The answer to `o`: its JSON body and its `RateLimit-Policy`, `RateLimit` and
 /// `Retry-After` fields. The common answer, with one rule, is one [`AnswerBuf`]; any other is
-/// the JSON in its own allocation and the fields of [`headers::fields`](crate::headers::fields).
+/// the JSON in its own allocation and the fields of [`headers::fields`].
 #[inline]
 pub(super) fn answer(set: &RuleSet, o: &Outcome) -> Response {
     let status = if o.allowed {
