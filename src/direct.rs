@@ -14,7 +14,7 @@ use crate::quota::Quota;
 use crate::sync::epoch::Guard;
 use crate::sync::{self, AtomicU64};
 use crate::wait;
-use crate::window::counter::{charge_fast, charge_loop};
+use crate::window::counter::{self, DenialGuess, charge_fast, charge_loop};
 use crate::window::ring::{Loads, Parts, Ring, Wide};
 use crate::window::state::{Head, Shape, State};
 
@@ -59,6 +59,9 @@ pub struct SlidingWindow<C = QuantaClock> {
 struct Cells {
     front: AtomicU64,
     goal: AtomicU64,
+    /// Read by denials after a burst only, and written when what they find changes: on the
+    /// line of `front`, which every check reads and only a fill writes.
+    guess: DenialGuess,
     cum: CachePadded<AtomicU64>,
 }
 
@@ -108,6 +111,7 @@ impl<C: Clock> SlidingWindow<C> {
             cells: Cells {
                 front: AtomicU64::new(start),
                 goal: AtomicU64::new(start),
+                guess: DenialGuess::new(),
                 cum: CachePadded::new(AtomicU64::new(0)),
             },
             slots,
@@ -332,6 +336,24 @@ impl<C: Clock> SlidingWindow<C> {
     /// check small (either way measures the same in `check_allowed` and `check_denied`).
     #[inline(never)]
     fn acquire_slow(&self, n: u64, loads: Option<Loads>) -> Decision {
+        if let Some(declined) = loads
+            && self.rule.counter.is_strict()
+            && let Some(decision) = counter::deny_guessed(
+                &self.ring(),
+                declined,
+                &self.rule.counter,
+                n,
+                &self.cells.guess,
+            )
+        {
+            return decision;
+        }
+        self.acquire_loop(n, loads)
+    }
+
+    /// The counter's general loop ([`charge_loop`]), from what the fast path loaded.
+    #[inline(always)]
+    fn acquire_loop(&self, n: u64, loads: Option<Loads>) -> Decision {
         match charge_loop(
             self.ring(),
             loads.as_ref().map(sync::copy_by_words),

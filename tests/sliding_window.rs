@@ -359,3 +359,58 @@ fn a_refund_frees_all_a_weighted_window_holds_beyond_one_raise() {
     assert_eq!(w.refund(u64::MAX), 2 * l - 3);
     assert_eq!(w.peek().remaining(), l);
 }
+
+/// A flood of denials after a burst, bucket after bucket of an hour of 3,600 buckets, reports
+/// when the burst's buckets leave, exactly as the reference model does; a refund and an
+/// admission in between change what the next denial reports at once, though the denials
+/// before them found the same buckets again and again (the direct check keeps what the last
+/// one found as a guess, and confirms it with loads).
+#[test]
+fn denials_after_a_burst_report_exact_waits_as_the_window_slides() {
+    let s = 1_000_000_000;
+    let q = quota(10, 3600 * s, s, Mode::Strict);
+    let (limiter, clock) = limiter(q);
+    let mut model = Model::new(q);
+    let check = |model: &mut Model, t: u64, n: u64| {
+        clock.set(Duration::from_nanos(t));
+        let before = model.clone();
+        let d = limiter.check_n(n).unwrap();
+        let (allowed, remaining) = model.check(t, n);
+        assert_eq!(
+            (d.is_allowed(), d.remaining()),
+            (allowed, remaining),
+            "t={t}"
+        );
+        if !allowed {
+            common::assert_retry_is_tight(&before, t, n, &d);
+        }
+        common::assert_reset_is_tight(model, t, &d);
+        d
+    };
+    // The burst: 7 units in bucket 0, 3 in bucket 2.
+    assert!(check(&mut model, s / 2, 7).is_allowed());
+    assert!(check(&mut model, 2 * s + 1, 3).is_allowed());
+    for k in 3..1800 {
+        let t = k * s + s / 4;
+        let d = check(&mut model, t, 1);
+        assert!(!d.is_allowed());
+        // One unit fits once bucket 0 leaves, at 3,601 s; the window is empty at 3,603 s.
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(3601 * s - t)));
+        assert_eq!(d.reset_after(), Duration::from_nanos(3603 * s - t));
+        // A cost of 8 fits only once bucket 2 has left too.
+        let d = check(&mut model, t, 8);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(3603 * s - t)));
+    }
+    // Expires the oldest units: all of bucket 0's, one of bucket 2's.
+    assert!(!check(&mut model, 1800 * s, 1).is_allowed());
+    assert_eq!(limiter.refund(8), 8);
+    assert_eq!(model.refund(1800 * s, 8), 8);
+    let d = check(&mut model, 1800 * s + 1, 9);
+    assert_eq!(d.retry_after(), Some(Duration::from_nanos(1803 * s - 1)));
+    assert!(check(&mut model, 1801 * s, 8).is_allowed());
+    for k in 1802..1900 {
+        let d = check(&mut model, k * s, 1);
+        assert!(!d.is_allowed());
+        assert_eq!(d.reset_after(), Duration::from_nanos(5402 * s - k * s));
+    }
+}

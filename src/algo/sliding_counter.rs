@@ -67,6 +67,14 @@ pub(crate) trait Tail: Copy {
     fn load(self) -> Option<u64>;
 }
 
+/// The tails of a reading, each loaded when asked for: `tail(j)` for `1 ≤ j ≤ N`, `None` if
+/// its snapshot is torn or raised. As [`Tail`], a type whose load is always inlined, where a
+/// closure passed to two judgements was called out of line.
+pub(crate) trait Tails: Copy {
+    /// `tail(j)`, or `None` if its snapshot is torn or raised.
+    fn tail(self, j: u64) -> Option<u64>;
+}
+
 impl<F: FnOnce() -> Option<u64> + Copy> Tail for F {
     #[inline(always)]
     fn load(self) -> Option<u64> {
@@ -510,6 +518,89 @@ impl CounterRule {
             return None;
         };
         Some(Decision::denied(l, l.saturating_sub(all), retry, reset))
+    }
+
+    /// Strict's denial of `n` at offset `r` of bucket `b` when its window counts `all`
+    /// (`all + n > L`), if `guess` holds `newest` (the least `j` with `tail(j) = 0`) and the
+    /// first fit (the least `j ≥ 1` with `tail(j) + n ≤ L`, or `newest`) of this reading:
+    /// the decision [`CounterRule::judge`] makes from the same tails, which `tails` loads. `None` if the loads do not confirm the guess, or tear.
+    ///
+    /// Confirming is exact because tails never increase with `j`: `tail(j − 1) > 0` and
+    /// `tail(j) = 0` make `j` the least with `tail(j) = 0`, and `tail(j − 1) + n > L` (or
+    /// `j = 1`) with `tail(j) + n ≤ L` (or `j = newest`) the first fit. A flood after a
+    /// burst judges bucket after bucket on the same two, the burst's bucket leaving being
+    /// what both wait for, so its denials load two tails however long the window.
+    #[inline(always)]
+    pub(crate) fn strict_denied_guessed(
+        &self,
+        all: u64,
+        r: u64,
+        n: u64,
+        tails: impl Tails,
+        (newest, fit): (u64, u64),
+    ) -> Option<Decision> {
+        let (l, nb) = (self.limit, self.buckets);
+        let tail = |j: u64| match j {
+            0 => Some(all),
+            j if j > nb => Some(0),
+            j => tails.tail(j),
+        };
+        if newest == 0 || newest > nb + 1 || fit == 0 || fit > newest {
+            return None;
+        }
+        let top = tail(newest - 1)?;
+        if top == 0 || tail(newest)? != 0 {
+            return None;
+        }
+        let confirmed = if fit == newest {
+            // `tail(newest) + n ≤ L` as `n ≤ L`; the bucket before does not fit.
+            fit == 1 || top + n > l
+        } else {
+            tail(fit)? + n <= l && (fit == 1 || tail(fit - 1)? + n > l)
+        };
+        confirmed.then(|| self.strict_denial(all, r, newest, fit))
+    }
+
+    /// [`CounterRule::strict_denied_guessed`] without a guess: `newest` and the first fit
+    /// searched for, as [`CounterRule::judge`] searches, and returned with the decision for
+    /// the caller to guess with next time. `None` if a load tore.
+    pub(crate) fn strict_denied_searched(
+        &self,
+        all: u64,
+        r: u64,
+        n: u64,
+        tails: impl Tails,
+    ) -> Option<(Decision, (u64, u64))> {
+        let (l, nb) = (self.limit, self.buckets);
+        let torn = Cell::new(false);
+        // A torn load reads as 0 and marks the reading torn: what it decides is dropped.
+        let tail = |j: u64| -> u64 {
+            match j {
+                0 => all,
+                j if j > nb => 0,
+                j => tails.tail(j).unwrap_or_else(|| {
+                    torn.set(true);
+                    0
+                }),
+            }
+        };
+        let newest = gallop_down(0, nb + 1, |j| tail(j) > 0);
+        let fit = first_fit_ends(1, newest, |j| tail(j) + n > l);
+        (!torn.get()).then(|| (self.strict_denial(all, r, newest, fit), (newest, fit)))
+    }
+
+    /// Strict's denial when the window counts `all`, its newest non-empty bucket is
+    /// `b − N + newest − 1` and the first fit is at `j = fit`: as [`CounterRule::judge`]
+    /// reports it.
+    #[inline(always)]
+    fn strict_denial(&self, all: u64, r: u64, newest: u64, fit: u64) -> Decision {
+        let l = self.limit;
+        Decision::denied(
+            l,
+            l.saturating_sub(all),
+            self.after_buckets(fit, r),
+            self.after_buckets(newest, r),
+        )
     }
 
     /// What Weighted counts as in use at offset `r` given `tail(0)` and `tail(1)`.

@@ -453,6 +453,34 @@ impl<S: Slots> Fast<'_, S> {
         clean::<S>(slot, k, cum).then(|| tail_from::<S>(cum, slot))
     }
 
+    /// The bucket this reading is at, `front`.
+    #[inline(always)]
+    pub(crate) fn front(&self) -> u64 {
+        self.loads.front
+    }
+
+    /// The index of the slot of bucket `front − N`, the oldest, for [`Fast::tail_from_oldest`].
+    #[inline(always)]
+    pub(crate) fn oldest_index(&self) -> usize {
+        self.ring.index(self.loads.front - self.ring.buckets)
+    }
+
+    /// `tail(j)` for `1 ≤ j ≤ N` (the count of buckets `front − N + j ..= front`), given the
+    /// index of the oldest bucket's slot ([`Fast::oldest_index`]); `None` if its snapshot is
+    /// torn or raised (the caller takes the general path).
+    #[inline(always)]
+    pub(crate) fn tail_from_oldest(&self, oldest_at: usize, j: u64) -> Option<u64> {
+        let (front, cum) = (self.loads.front, self.loads.cum);
+        let len = self.ring.buckets as usize + 1;
+        // `j ≤ N < N + 1`, so one subtraction wraps it into the ring.
+        let at = oldest_at + j as usize;
+        let at = if at >= len { at - len } else { at };
+        // Acquire: as in `Reading::tail`.
+        let slot = S::load(self.ring.slots, at, Ordering::Acquire);
+        let k = front - self.ring.buckets + j;
+        clean::<S>(slot, k, cum).then(|| tail_from::<S>(cum, slot))
+    }
+
     /// The index of the slot of bucket `front`, for [`Fast::rest_at`] and
     /// [`Fast::current_at`].
     #[inline(always)]
@@ -532,6 +560,44 @@ impl<S: Slots> Fast<'_, S> {
         // Acquire: as `read`'s re-check of `front`.
         self.ring.front.load(Ordering::Acquire) == self.loads.front
             && self.ring.try_charge(JudgedCum(self.loads.cum), cost)
+    }
+}
+
+/// A tail of a [`Fast`] reading that its denial loads only if the judgement asks for it
+/// ([`CounterRule::strict_denied_fast`](crate::algo::sliding_counter::CounterRule::strict_denied_fast)):
+/// `tail(N)`, the current bucket's, if `CURRENT`, else `tail(1)`, given the index of bucket
+/// `front`'s slot. Its load is always inlined, where a closure's was called out of line.
+#[derive(Clone, Copy)]
+pub(crate) struct FastTail<'f, 'a, S, const CURRENT: bool> {
+    pub(crate) fast: &'f Fast<'a, S>,
+    pub(crate) front_at: usize,
+}
+
+impl<S: Slots, const CURRENT: bool> crate::algo::sliding_counter::Tail
+    for FastTail<'_, '_, S, CURRENT>
+{
+    #[inline(always)]
+    fn load(self) -> Option<u64> {
+        if CURRENT {
+            self.fast.current_at(self.front_at)
+        } else {
+            self.fast.rest_at(self.front_at)
+        }
+    }
+}
+
+/// The tails of a [`Fast`] reading, `tail(j)` for `1 ≤ j ≤ N`, given the index of its oldest
+/// bucket's slot ([`Fast::oldest_index`]).
+#[derive(Clone, Copy)]
+pub(crate) struct FastTails<'f, 'a, S> {
+    pub(crate) fast: &'f Fast<'a, S>,
+    pub(crate) oldest_at: usize,
+}
+
+impl<S: Slots> crate::algo::sliding_counter::Tails for FastTails<'_, '_, S> {
+    #[inline(always)]
+    fn tail(self, j: u64) -> Option<u64> {
+        self.fast.tail_from_oldest(self.oldest_at, j)
     }
 }
 
