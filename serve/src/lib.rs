@@ -59,10 +59,18 @@ pub fn run(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("{}: not UTF-8: {e}", args.rules.display()))?;
     let spec =
         rules::load(&args.rules, text).map_err(|e| format!("{}: {e}", args.rules.display()))?;
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
-        runtime.worker_threads(usize::from(n));
-    }
+    // One worker is a current-thread runtime, as Limitador's: the multi-thread scheduler's
+    // bookkeeping for stealing and waking other workers is pure cost when there are none.
+    let mut runtime = match args.threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        threads => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = threads {
+                b.worker_threads(usize::from(n));
+            }
+            b
+        }
+    };
     let runtime = runtime
         .enable_all()
         .build()

@@ -580,6 +580,33 @@ async fn grpc_answers_as_envoys_rate_limit_service() {
 }
 
 /// The same rules in both formats, the same requests: the same answers.
+/// `--threads 1` runs a current-thread runtime: both APIs decide on it, against one count, and
+/// SIGTERM still stops it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_thread_serves_both_apis_and_stops_on_sigterm() {
+    let mut server = Server::start(RULES, "toml", &["--threads", "1"]);
+    let mut g = server.grpc().await;
+    let r = should(&mut g, envoy_request("api", &[&[("user", "carol")]], 2)).await;
+    assert_eq!(
+        (r.overall_code, r.statuses[0].limit_remaining),
+        (Code::Ok as i32, 1)
+    );
+    assert_eq!(r.response_headers_to_add.len(), 2);
+    let c = reqwest::Client::new();
+    let body =
+        json!({"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "carol"}]}]});
+    let (status, _, v) = post(&c, &server.url("/v1/check"), &body.to_string()).await;
+    assert_eq!((status, v["allowed"].as_bool()), (200, Some(true)), "{v}");
+    let r = should(&mut g, envoy_request("api", &[&[("user", "carol")]], 1)).await;
+    assert_eq!(
+        r.overall_code,
+        Code::OverLimit as i32,
+        "gRPC and HTTP share the count"
+    );
+    server.signal("-TERM");
+    assert!(server.wait_exit(Duration::from_secs(30)).success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_yaml_decides_as_the_equivalent_toml() {
     let yaml =
