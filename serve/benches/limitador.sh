@@ -19,7 +19,8 @@
 # Limitador: LIMITADOR=path/to/limitador-server uses a built one; otherwise LIMITADOR_SRC
 # (default target/limitador-src, cloned from LIMITADOR_REPO at its default branch when absent)
 # is built with `cargo build --release -p limitador-server` into its own target directory
-# (it needs protoc: protobuf-compiler is installed when missing).
+# (it needs protoc and libclang, for RocksDB's bindings: protobuf-compiler, clang and
+# libclang-dev are installed when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${DURATION:-10}
@@ -33,8 +34,8 @@ if [ -z "${LIMITADOR:-}" ]; then
     if [ ! -d "$src/limitador-server" ]; then
         git clone --depth 1 "${LIMITADOR_REPO:-https://github.com/Kuadrant/limitador}" "$src"
     fi
-    if ! command -v protoc >/dev/null; then
-        apt-get update && apt-get install -y protobuf-compiler
+    if ! command -v protoc >/dev/null || ! command -v clang >/dev/null; then
+        apt-get update && apt-get install -y protobuf-compiler clang libclang-dev
     fi
     (cd "$src" && cargo build --release -p limitador-server --target-dir target)
     LIMITADOR=$src/target/release/limitador-server
