@@ -11,11 +11,13 @@
 //! cargo bench --no-run --bench keyed_interleaved
 //! taskset -c 0 cargo bench --bench keyed_interleaved -- 1000 2097152   # allowed
 //! taskset -c 0 cargo bench --bench keyed_interleaved -- 1000 1         # denied
+//! taskset -c 0 cargo bench --bench keyed_interleaved -- 1000 1000000000 30 200000 1000000000
 //! ```
 //!
 //! The arguments: keys held (each checked once beforehand; default 1000), the limit an hour
-//! (default 2²¹: every check allowed; 1: every check denied), rounds (default 30) and
-//! checks per peer per round (default 200,000).
+//! (default 2²¹: every check allowed; 1: every check denied), rounds (default 30),
+//! checks per peer per round (default 200,000), and the cost each key is charged beforehand
+//! besides its check (default 0; the limit: every check denied, whatever the limit).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -48,6 +50,7 @@ fn arg(n: usize, default: u64) -> Result<u64, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (keys, limit) = (arg(1, 1000)?.max(1), arg(2, 1 << 21)?);
     let (rounds, per) = (arg(3, 30)?.max(1), arg(4, 200_000)?.max(1));
+    let used = arg(5, 0)?;
     let ours: KeyedLimiter<u64> = KeyedLimiter::new(Quota::new(limit, Duration::from_secs(3600))?);
     let per_hour = NonZeroU32::new(u32::try_from(limit)?).ok_or("a limit of at least 1")?;
     let theirs: Governor = governor::RateLimiter::dashmap_with_clock_and_hasher(
@@ -58,6 +61,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for key in 0..keys {
         black_box(ours.check(&key).is_allowed());
         black_box(theirs.check_key(&key).is_ok());
+        if let Some(used) = NonZeroU32::new(u32::try_from(used)?) {
+            black_box(ours.check_n(&key, used.get().into())?.is_allowed());
+            black_box(theirs.check_key_n(&key, used)?.is_ok());
+        }
     }
     let (mut slidegate, mut governor, mut ratios) = (vec![], vec![], vec![]);
     let mut i = 0u64;

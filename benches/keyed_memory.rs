@@ -4,7 +4,8 @@
 //!    advancing 1 ms per 50 checks, so a key goes idle a window (50 000 checks) after its
 //!    check: the insert sweeps evict most keys as idle, the bound forces out the few they have
 //!    not reached yet, live keys never exceed the bound and resident memory levels off.
-//! 2. Bytes per key: the resident-memory delta of 1 million live keys, for N = 1, 10, 60.
+//! 2. Bytes per key: the resident-memory delta of 1 million live keys, for N = 1, 10, 60 at
+//!    a limit of 10, and N = 10 at a limit of 10⁹ (wide counts).
 //!
 //! ```sh
 //! cargo bench --bench keyed_memory
@@ -83,10 +84,10 @@ fn churn() -> Result<(), slidegate::ConfigError> {
     Ok(())
 }
 
-fn bytes_per_key(buckets: u64) -> Result<(), slidegate::ConfigError> {
+fn bytes_per_key(buckets: u64, limit: u64) -> Result<(), slidegate::ConfigError> {
     const KEYS: u64 = 1_000_000;
-    let quota =
-        Quota::new(10, Duration::from_secs(buckets))?.with_granularity(Duration::from_secs(1))?;
+    let quota = Quota::new(limit, Duration::from_secs(buckets))?
+        .with_granularity(Duration::from_secs(1))?;
     let before = rss();
     let limiter = KeyedLimiter::<u64, _>::with_clock(quota, ManualClock::new());
     for key in 0..KEYS {
@@ -94,7 +95,7 @@ fn bytes_per_key(buckets: u64) -> Result<(), slidegate::ConfigError> {
     }
     let after = rss();
     println!(
-        "  N = {buckets:>2}: {:.0} bytes per key (u64 keys; of which the state, \
+        "  N = {buckets:>2}, limit {limit}: {:.0} bytes per key (u64 keys; of which the state, \
          Quota::bytes_per_key: {})",
         (after.saturating_sub(before)) as f64 / KEYS as f64,
         quota.bytes_per_key()
@@ -108,13 +109,16 @@ fn bytes_per_key(buckets: u64) -> Result<(), slidegate::ConfigError> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     match common::args().nth(1).as_deref() {
         Some("churn") => churn()?,
-        Some(n) => bytes_per_key(n.parse()?)?,
+        Some(n) => {
+            let limit = common::args().nth(2).map_or(Ok(10), |l| l.parse())?;
+            bytes_per_key(n.parse()?, limit)?
+        }
         None => {
             let me = std::env::current_exe()?;
             std::process::Command::new(&me).arg("churn").status()?;
             println!("bytes per key at 1M live keys (resident-memory delta):");
-            for n in ["1", "10", "60"] {
-                std::process::Command::new(&me).arg(n).status()?;
+            for args in [&["1"][..], &["10"], &["60"], &["10", "1000000000"]] {
+                std::process::Command::new(&me).args(args).status()?;
             }
         }
     }

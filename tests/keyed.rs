@@ -890,3 +890,174 @@ fn a_key_whose_window_emptied_after_a_denial_is_idle() {
     assert!(!kept.check(&"d").is_allowed());
     assert_eq!(kept.retain_recent(), 0);
 }
+
+/// Quotas whose keys of `u64` live in the inline table's wide slots: a limit around 10⁹
+/// (past the compact snapshots' 2²¹) or marks, at most ten buckets of a few nanoseconds.
+fn wide_quota() -> impl Strategy<Value = Quota> {
+    (
+        prop_oneof![
+            1u64..=6,
+            1_000_000_000u64..=1_000_000_006,
+            Just((1 << 31) - 1)
+        ],
+        prop::sample::select(vec![1u64, 2, 3, 5, 10]),
+        1u64..=20,
+        prop::sample::select(vec![
+            Mode::Strict,
+            Mode::StrictMarked,
+            Mode::Weighted,
+            Mode::FixedWindow,
+        ]),
+    )
+        .prop_filter("a wide quota", |(limit, _, _, mode)| {
+            *limit > 1 << 21 || *mode == Mode::StrictMarked
+        })
+        .prop_map(|(limit, buckets, g, mode)| {
+            let buckets = if mode == Mode::FixedWindow {
+                1
+            } else {
+                buckets
+            };
+            Quota::new(limit, Duration::from_nanos(g * buckets))
+                .and_then(|q| q.with_granularity(Duration::from_nanos(g)))
+                .map(|q| q.with_mode(mode))
+                .expect("a valid generated quota")
+        })
+}
+
+/// A trace on a wide quota: costs of a few units or a large share of the limit.
+fn wide_trace(keys: u64) -> impl Strategy<Value = (Quota, Vec<(u64, Op)>)> {
+    wide_quota().prop_flat_map(move |q| {
+        let window = q.window().as_nanos() as u64 + q.granularity().as_nanos() as u64;
+        let l = q.limit();
+        let cost = prop_oneof![1..=3u64.min(l), (l / 3).max(1)..=l];
+        let op = prop_oneof![
+            6 => (0..keys, cost).prop_map(|(k, n)| Op::Check(k, n)),
+            2 => (0..keys).prop_map(Op::Peek),
+            1 => Just(Op::RetainRecent),
+        ];
+        let step = prop_oneof![4 => Just(0u64), 4 => 0..=window, 1 => Just(window)];
+        (Just(q), prop::collection::vec((step, op), 1..200))
+    })
+}
+
+/// The reference model's decisions, one `slidegate_testkit::model::Model` per key (allowed
+/// and `remaining`); a peek judges a unit without charging it.
+fn model_decisions(q: Quota, ops: &[(u64, Op)]) -> Vec<(bool, u64)> {
+    let mut models: HashMap<u64, slidegate_testkit::model::Model> = HashMap::new();
+    let mut t = 0;
+    let mut out = Vec::new();
+    for (step, op) in ops {
+        t += step;
+        match op {
+            Op::Check(k, n) => {
+                let model = models
+                    .entry(*k)
+                    .or_insert_with(|| slidegate_testkit::model::Model::new(q));
+                out.push(model.check(t, *n));
+            }
+            Op::Peek(k) => {
+                let model = models
+                    .entry(*k)
+                    .or_insert_with(|| slidegate_testkit::model::Model::new(q));
+                out.push((model.admits(t, 1), model.remaining(t)));
+            }
+            Op::RetainRecent => {}
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Keys of a wide quota (the inline table's wide slots) decide as the reference model,
+    /// with evictions, and the same with every key on one hash.
+    #[test]
+    fn keys_of_a_wide_quota_decide_as_the_model((q, ops) in wide_trace(12)) {
+        let expected = model_decisions(q, &ops);
+        let seen = |decisions: Vec<Decision>| {
+            decisions.iter().map(|d| (d.is_allowed(), d.remaining())).collect::<Vec<_>>()
+        };
+        let (c1, c2) = (ManualClock::new(), ManualClock::new());
+        let spread: Limiter<u64, DefaultHashBuilder> = limiter(q, &c1, usize::MAX);
+        let colliding: Limiter<u64, OneHash> = limiter(q, &c2, usize::MAX);
+        prop_assert_eq!(&expected, &seen(run(&spread, &c1, &ops, true)));
+        prop_assert_eq!(&expected, &seen(run(&colliding, &c2, &ops, true)));
+    }
+}
+
+/// A limit of 10⁹ an hour in ten buckets: the inline table's wide slots through growth
+/// (migrations), idle eviction, the bound, `check_all` moves and overrides.
+#[test]
+fn a_limit_of_a_billion_keeps_every_key_s_count() {
+    const L: u64 = 1_000_000_000;
+    let clock = ManualClock::new();
+    let hour = Quota::new(L, Duration::from_secs(3600)).unwrap();
+    let keyed: KeyedLimiter<u64, ManualClock> = KeyedLimiter::with_clock(hour, clock.clone());
+    // 20,000 keys take the table from 4 slots through sparse and dense migrations.
+    for key in 0..20_000u64 {
+        assert!(
+            keyed.check_n(&key, L - 1 - key).unwrap().is_allowed(),
+            "key {key}"
+        );
+    }
+    for key in 0..20_000u64 {
+        let d = keyed.check_n(&key, key + 1).unwrap();
+        assert!(d.is_allowed(), "key {key}");
+        assert_eq!(d.remaining(), 0, "key {key}");
+        assert!(!keyed.check(&key).is_allowed(), "key {key}");
+    }
+    // `check_all` moves a key to the store with its count; a denied one charges nothing.
+    let other = SlidingWindow::with_clock(
+        Quota::new(10, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    assert_eq!(keyed.refund(&7, 5), 5);
+    let (seven, eight) = (keyed.key(&7), keyed.key(&8));
+    let d = slidegate::check_all(&[(&seven, 3), (&other, 1)]).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(keyed.peek(&7).remaining(), 2);
+    assert!(keyed.check_n(&7, 2).unwrap().is_allowed());
+    assert!(!keyed.check(&7).is_allowed());
+    let denied = slidegate::check_all(&[(&eight, 1), (&other, 1)]).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(keyed.len(), 20_000);
+    // An override of the same shape keeps the key's count; of another shape starts afresh.
+    keyed.quota_for(&9, Quota::new(2 * L, Duration::from_secs(3600)).unwrap());
+    assert_eq!(keyed.peek(&9).remaining(), L);
+    keyed.quota_for(&10, Quota::new(5, Duration::from_secs(3600)).unwrap());
+    assert_eq!(keyed.peek(&10).remaining(), 5);
+    assert!(keyed.check_n(&10, 5).unwrap().is_allowed());
+    // A window later every key is idle: evicted, and fresh again.
+    clock.advance(Duration::from_secs(3600 + 360));
+    let held = keyed.len();
+    assert_eq!(keyed.retain_recent(), held);
+    assert_eq!(keyed.len(), 0);
+    assert_eq!(keyed.check(&1).remaining(), L - 1);
+}
+
+/// At `max_keys`, wide keys are evicted (idle, else forced out and counted) to keep the
+/// bound; as with line slots, a sample may hold no idle key and force out a recent one.
+#[test]
+fn a_bounded_limiter_of_wide_keys_keeps_its_bound() {
+    let clock = ManualClock::new();
+    let q = Quota::new(1 << 30, Duration::from_secs(1)).unwrap();
+    let keyed: KeyedLimiter<u64, ManualClock> = KeyedLimiter::builder(q)
+        .clock(clock.clone())
+        .max_keys(64)
+        .build();
+    for key in 0..64 {
+        assert!(keyed.check(&key).is_allowed());
+    }
+    assert_eq!(keyed.len(), 64);
+    clock.advance(Duration::from_secs(3));
+    for key in 64..140 {
+        assert!(keyed.check(&key).is_allowed());
+        assert!(keyed.len() <= 64);
+    }
+    assert_eq!(
+        keyed.len() as u64 + keyed.evictions() + keyed.forced_evictions(),
+        140
+    );
+}

@@ -8,7 +8,7 @@ use crate::clock::{Clock, QuantaClock};
 use crate::quota::Quota;
 
 use super::overrides::{KeyRule, Overrides};
-use super::routing::InlineStore;
+use super::routing::Inline;
 use super::store::Store;
 use super::{DefaultHashBuilder, KeyedLimiter};
 
@@ -139,7 +139,7 @@ where
     {
         let default = KeyRule::new(self.quota);
         KeyedLimiter {
-            inline: InlineStore::new::<K>(&default, self.max_keys),
+            inline: Inline::new::<K>(&default, self.max_keys),
             default,
             store: Store::new(self.hasher, self.max_keys),
             overrides: Overrides::new(),

@@ -1,15 +1,19 @@
-//! The inline table: each key's window in its own 64-byte slot, found by linear probing,
-//! grown by an incremental migration that never stops a reader of another key.
+//! The inline table: each key's window in its own slot, found by linear probing, grown by an
+//! incremental migration that never stops a reader of another key.
 //!
 //! The keyed limiter keeps here the keys whose type has a word ([`super::word`]) and whose
-//! quota fits a line ring, one table per limiter: slots hold the key's word, its hash and
-//! its window of `N ≤ 10` buckets; the limiter judges each check with the key's rule
-//! (Strict, Weighted or the fixed window). Which keys live here, and the moves to the store,
+//! quota fits the table's kind of slot ([`slot`]): a 64-byte [`LineSlot`] holding a line
+//! ring, or a 128-byte [`WideSlot`] holding the three-word ring of wide slots (any limit,
+//! marks), one table per limiter: slots hold the key's word, its hash and its window of
+//! `N ≤ 10` buckets; the limiter judges each check with the key's rule (Strict, Weighted or
+//! the fixed window; Strict with marks in wide slots). Below, the line slot; the wide one
+//! holds the same key and state in words of their own, and its freeze is its ring's
+//! ([`slot`], "Freezing a slot"). Which keys live here, and the moves to the store,
 //! are the limiter's ([`super::routing`]); `docs/design.md` (4.5) has the design, and
 //! `docs/notes/inline-store-measurements.md` its measurements.
 //!
 //! # A slot
-//! `key`, then the seven words of a [`Line`] ring: its word and six words of compact slots,
+//! `key`, then the seven words of a [`Line`](crate::window::line::Line) ring: its word and six words of compact slots,
 //! eleven halves for the ring and the twelfth for the slot's *state*:
 //!
 //! | state | meaning |
@@ -85,30 +89,16 @@ use crate::algo::sliding_counter::CounterRule;
 #[cfg(any(test, slidegate_loom))]
 use crate::decision::Decision;
 use crate::sync::epoch::{self, Atomic, Guard, Shared};
-use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::window::line::{LINE_MAX_BUCKETS, LINE_MIN_GRANULARITY, Line};
+use crate::sync::{self, AtomicUsize, Mutex, MutexGuard, Ordering};
+#[cfg(slidegate_loom)]
+use crate::window::line::LINE_MIN_GRANULARITY;
+#[cfg(slidegate_loom)]
 use crate::window::line_counter;
-use crate::window::ring::{Compact, Slots};
 
 use super::pool::Array;
 
-/// The words of a slot's ring: the word and six words of compact slots.
-const RING: usize = 7;
-
-/// The half of the ring's slot words that holds the slot's state.
-const STATE: usize = 11;
-
-/// A live slot's state bit.
-const LIVE: u32 = 1 << 31;
-
-/// A moved slot's state bit (with [`LIVE`]).
-const MOVED: u32 = 1 << 30;
-
-/// The hash bits a state keeps, which also home the key (tables of up to 2³⁰ slots).
-const HASH: u32 = MOVED - 1;
-
-/// A tombstone's state.
-const TOMBSTONE: u32 = 1;
+use slot::{HASH, LIVE, MOVED, TOMBSTONE};
+pub(crate) use slot::{InlineSlot, LineSlot, WIDE_MAX_BUCKETS, WideSlot};
 
 /// Slots [`InlineTable::retain_recent`] examines per taking of the writer's lock.
 const SWEEP_CHUNK: usize = 256;
@@ -133,66 +123,24 @@ const SPARSE_LOAD: usize = 8;
 /// loom, so that the models' small tables migrate over several writer calls.
 const CHUNK: usize = if cfg!(slidegate_loom) { 1 } else { 8 };
 
-/// One key's slot: a cache line.
-#[repr(C, align(64))]
-pub(crate) struct Slot {
-    key: AtomicU64,
-    ring: [AtomicU64; RING],
-}
-
-impl Slot {
-    fn empty() -> Slot {
-        Slot {
-            key: AtomicU64::new(0),
-            ring: core::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-
-    /// The slot's state. Acquire: pairs with the Release that published it, so the key and
-    /// the ring's words written before are visible.
-    #[inline]
-    fn state(&self) -> u32 {
-        Compact::load(&self.ring[1..], STATE, Ordering::Acquire) as u32
-    }
-
-    /// Changes a published state (the writer's; the ring's own halves may change meanwhile).
-    fn set_state(&self, from: u32, to: u32) {
-        let swapped = Compact::compare_exchange(
-            &self.ring[1..],
-            STATE,
-            u64::from(from),
-            u64::from(to),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        debug_assert!(swapped.is_ok(), "only the writer changes a published state");
-    }
-
-    /// The key's ring of `buckets` buckets.
-    #[inline]
-    pub(crate) fn line(&self, buckets: u64) -> Line<'_> {
-        Line::on(&self.ring, buckets)
-    }
-}
-
-struct Table {
+struct Table<S> {
     /// `capacity − 1` in a sparse table (a power of two), whose keys are homed by their
     /// hash's low bits; 0 in a dense one, which homes them at `hash · capacity / 2³⁰`.
     mask: usize,
     /// The slots in use (live and tombstones) it may hold.
     bound: usize,
     /// On huge pages from 2 MiB up, as the store's tables.
-    slots: Array<Slot>,
+    slots: Array<S>,
     /// The table this one is migrating to (null when none).
-    next: Atomic<Table>,
+    next: Atomic<Table<S>>,
 }
 
-impl Table {
+impl<S: InlineSlot> Table<S> {
     /// A table made for `keys` keys in a table whose sparse tables hold one slot in `load`:
     /// sparse, `load` times the keys rounded up to a power of two, while that is at most
     /// [`SPARSE_MAX`] slots; else dense, three times the keys (load 1/3) rounded up to a
     /// whole number of 4 KiB pages.
-    fn for_keys(keys: usize, load: usize) -> Table {
+    fn for_keys(keys: usize, load: usize) -> Table<S> {
         let sparse = (keys.max(1) * load).next_power_of_two().max(MIN_CAPACITY);
         let (capacity, mask, bound) = if sparse <= SPARSE_MAX {
             (sparse, sparse - 1, sparse / load)
@@ -204,7 +152,7 @@ impl Table {
         Table {
             mask,
             bound,
-            slots: Array::new(capacity, Slot::empty),
+            slots: Array::new(capacity, S::empty),
             next: Atomic::null(),
         }
     }
@@ -237,7 +185,7 @@ impl Table {
 
     /// Where `key` is in this table.
     #[inline]
-    fn probe(&self, key: u64, hash: u32) -> Probe<'_> {
+    fn probe(&self, key: u64, hash: u32) -> Probe<'_, S> {
         let mut i = self.home(hash);
         for _ in 0..self.capacity() {
             let slot = &self.slots[i];
@@ -245,9 +193,8 @@ impl Table {
             if state == 0 {
                 return Probe::Absent;
             }
-            // Relaxed: the key was written before the state the Acquire above read.
-            if state & LIVE != 0 && state & HASH == hash && slot.key.load(Ordering::Relaxed) == key
-            {
+            // The key was written before the state the Acquire above read.
+            if state & LIVE != 0 && state & HASH == hash && slot.key() == key {
                 return if state & MOVED != 0 {
                     Probe::Moved
                 } else {
@@ -261,7 +208,7 @@ impl Table {
 
     /// Writes `key` with the ring's `words` into the first empty slot of its probe (the
     /// writer's, in a table where it is absent), publishing the state `LIVE | hash` last.
-    fn place(&self, key: u64, hash: u32, words: &[u64; RING]) -> &Slot {
+    fn place(&self, key: u64, hash: u32, words: &S::Words) -> &S {
         let mut i = self.home(hash);
         let mut probed = 0;
         while self.slots[i].state() != 0 {
@@ -271,20 +218,13 @@ impl Table {
             debug_assert!(probed < self.capacity(), "a full table");
         }
         let slot = &self.slots[i];
-        slot.key.store(key, Ordering::Relaxed);
-        for (word, &value) in slot.ring.iter().zip(words).take(RING - 1) {
-            word.store(value, Ordering::Relaxed);
-        }
-        // The last word holds ring half 10 and the state: stored whole, Release, after
-        // everything else (nothing else writes an unpublished slot).
-        let last = (words[RING - 1] & u64::from(u32::MAX)) | (u64::from(LIVE | hash) << 32);
-        slot.ring[RING - 1].store(last, Ordering::Release);
+        slot.publish(key, LIVE | hash, words);
         slot
     }
 }
 
-enum Probe<'a> {
-    Found(&'a Slot),
+enum Probe<'a, S> {
+    Found(&'a S),
     Moved,
     Absent,
 }
@@ -310,9 +250,9 @@ struct Writer {
     forced: u64,
 }
 
-/// The table of one quota's keys (see the module documentation).
-pub(crate) struct InlineTable {
-    table: Atomic<Table>,
+/// The table of one quota's keys (see the module documentation), of slots of kind `S`.
+pub(crate) struct InlineTable<S: InlineSlot = LineSlot> {
+    table: Atomic<Table<S>>,
     /// `N`.
     buckets: u64,
     /// A sparse table's load, at most one slot in this many: [`SPARSE_LOAD`], or 2 for the
@@ -325,7 +265,7 @@ pub(crate) struct InlineTable {
     /// read without it as a statistic ([`InlineTable::len`]).
     len: AtomicUsize,
     /// A fresh window's words, made once: an insert copies them.
-    fresh: [u64; RING],
+    fresh: S::Words,
 }
 
 /// The bits of `hash` a slot keeps.
@@ -334,10 +274,10 @@ fn hashed(hash: u64) -> u32 {
     hash as u32 & HASH
 }
 
-impl InlineTable {
+impl<S: InlineSlot> InlineTable<S> {
     /// An empty table for windows of `buckets` buckets (the tests'), unbounded.
     #[cfg(test)]
-    pub(crate) fn new(buckets: u64) -> InlineTable {
+    pub(crate) fn new(buckets: u64) -> InlineTable<S> {
         InlineTable::with_max_keys(buckets, usize::MAX)
     }
 
@@ -346,7 +286,7 @@ impl InlineTable {
     /// out in small tables (an 8-slot table holds four keys, the fifth starts a migration).
     /// The protocols do not depend on the load.
     #[cfg(any(test, slidegate_loom))]
-    pub(crate) fn at_half_load(buckets: u64) -> InlineTable {
+    pub(crate) fn at_half_load(buckets: u64) -> InlineTable<S> {
         InlineTable::with_load(buckets, usize::MAX, 2)
     }
 
@@ -355,21 +295,21 @@ impl InlineTable {
     /// forces out the least recently active of them, as the store does.
     ///
     /// # Panics
-    /// If `buckets` is 0 or more than [`LINE_MAX_BUCKETS`]: the ring and the slot's state
-    /// would not share the line (the limiter makes a table only for a quota that
-    /// [`Line::fits`]).
+    /// If `buckets` is 0 or more than the kind's [`InlineSlot::MAX_BUCKETS`]: the ring would
+    /// not fit the slot (the limiter makes a table only for a quota whose window it holds).
     ///
     /// [`SAMPLE`]: super::eviction::SAMPLE
-    pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable {
+    pub(crate) fn with_max_keys(buckets: u64, max_keys: usize) -> InlineTable<S> {
         InlineTable::with_load(buckets, max_keys, SPARSE_LOAD)
     }
 
     /// [`InlineTable::with_max_keys`] with sparse tables of at most one slot in
     /// `sparse_load` in use.
-    fn with_load(buckets: u64, max_keys: usize, sparse_load: usize) -> InlineTable {
+    fn with_load(buckets: u64, max_keys: usize, sparse_load: usize) -> InlineTable<S> {
         assert!(
-            Line::fits(1, buckets, LINE_MIN_GRANULARITY),
-            "an inline table holds windows of 1 to {LINE_MAX_BUCKETS} buckets, not {buckets}"
+            S::holds(buckets),
+            "an inline table holds windows of 1 to {} buckets, not {buckets}",
+            S::MAX_BUCKETS
         );
         InlineTable {
             table: Atomic::new(Table::for_keys(1, sparse_load)),
@@ -377,13 +317,7 @@ impl InlineTable {
             buckets,
             max_keys: max_keys.max(1),
             len: AtomicUsize::new(0),
-            fresh: core::array::from_fn(|i| {
-                if i < Line::words(buckets) {
-                    Line::initial(buckets, i)
-                } else {
-                    0
-                }
-            }),
+            fresh: S::fresh(buckets),
             writer: Mutex::new(Writer {
                 tombstones: 0,
                 next_tombstones: 0,
@@ -398,7 +332,7 @@ impl InlineTable {
     }
 
     #[inline]
-    fn current<'g>(&self, guard: &'g Guard) -> &'g Table {
+    fn current<'g>(&self, guard: &'g Guard) -> &'g Table<S> {
         // Acquire: pairs with the Release store that published the table.
         let table = self.table.load(Ordering::Acquire, guard);
         // SAFETY: never null; a replaced table is freed through the epoch, so not before
@@ -408,7 +342,7 @@ impl InlineTable {
 
     /// `key`'s live slot, if it has one: lock-free (see "Lookups").
     #[inline]
-    pub(crate) fn find<'g>(&self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+    pub(crate) fn find<'g>(&self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g S> {
         let hash = hashed(hash);
         let mut table = self.current(guard);
         loop {
@@ -436,12 +370,12 @@ impl InlineTable {
         granularity: u64,
         now: u64,
         guard: &'g Guard,
-    ) -> &'g Slot {
+    ) -> &'g S {
         self.lock().insert(key, hash, granularity, now, 0, guard)
     }
 
     /// The writer's lock, under which keys are placed, taken and evicted.
-    pub(crate) fn lock(&self) -> Placing<'_> {
+    pub(crate) fn lock(&self) -> Placing<'_, S> {
         Placing {
             table: self,
             writer: sync::lock(&self.writer),
@@ -458,7 +392,7 @@ impl InlineTable {
         if !table.next.load(Ordering::Relaxed, guard).is_null() {
             return None;
         }
-        let states = table.slots.iter().map(Slot::state);
+        let states = table.slots.iter().map(S::state);
         let live = states.clone().filter(|s| s & LIVE != 0).count();
         let tombstones = states.filter(|&s| s == TOMBSTONE).count();
         Some(((self.len(), writer.tombstones), (live, tombstones)))
@@ -495,8 +429,6 @@ impl InlineTable {
         n: u64,
     ) -> Decision {
         debug_assert_eq!(rule.buckets, self.buckets);
-        // The caller's: a limit past the compact snapshots' range would tear every reading.
-        debug_assert!(Line::fits(rule.limit, rule.buckets, rule.granularity));
         let guard = &epoch::pin();
         let mut slot = self.find(key, hash, guard);
         loop {
@@ -504,7 +436,7 @@ impl InlineTable {
                 Some(found) => found,
                 None => self.insert(key, hash, rule.granularity, now(), guard),
             };
-            if let Some(decision) = line_counter::charge(&found.line(self.buckets), rule, &now, n) {
+            if let Some(decision) = found.charge(self.buckets, rule, &now, n) {
                 return decision;
             }
             // Retired: frozen by a migration or evicted. Under the lock, the key's copy or a
@@ -514,7 +446,7 @@ impl InlineTable {
     }
 
     /// Frees up to `n` units of `key`'s window at `now()` under a counter's `rule`
-    /// ([`line_counter::refund`]: the sliding window's oldest units, the fixed window's current
+    /// ([`InlineSlot::refund`]: the sliding window's oldest units, the fixed window's current
     /// bucket's); `None` if the key has no live slot.
     ///
     /// Under the writer's lock, which every migration step holds: a refund raises the
@@ -535,28 +467,26 @@ impl InlineTable {
         let _writer = sync::lock(&self.writer);
         let slot = self.find(key, hash, guard)?;
         // A slot found under the lock is live: its ring is retired only under the lock.
-        line_counter::refund(&slot.line(self.buckets), rule, now, n)
+        slot.refund(self.buckets, rule, now, n)
     }
 
     /// The window sum of `key` at `now`, if it has a live slot.
     #[cfg(any(test, slidegate_loom))]
     pub(crate) fn sum(&self, key: u64, hash: u64, granularity: u64, now: u64) -> Option<u64> {
         let guard = &epoch::pin();
-        let slot = self.find(key, hash, guard)?;
-        slot.line(self.buckets)
-            .read(granularity, || now, false, |r| r.tail(0))
-            .map(|r| r.0)
+        self.find(key, hash, guard)?
+            .sum(self.buckets, granularity, now)
     }
 }
 
 /// The table's writer lock, held: the keyed limiter places a key in one of its two stores
 /// under it, so that no key has a live window in both.
-pub(crate) struct Placing<'t> {
-    table: &'t InlineTable,
+pub(crate) struct Placing<'t, S: InlineSlot> {
+    table: &'t InlineTable<S>,
     writer: MutexGuard<'t, Writer>,
 }
 
-impl Placing<'_> {
+impl<S: InlineSlot> Placing<'_, S> {
     /// The keys the table holds.
     pub(crate) fn len(&self) -> usize {
         self.table.len()
@@ -564,7 +494,7 @@ impl Placing<'_> {
 
     /// `key`'s live slot, if it has one. Under the lock a slot found is live: its ring is
     /// retired (frozen, evicted or taken) only under the lock.
-    pub(crate) fn find<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+    pub(crate) fn find<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g S> {
         self.table.step(&mut self.writer, guard);
         self.table.find(key, hash, guard)
     }
@@ -580,7 +510,7 @@ impl Placing<'_> {
         now: u64,
         others: usize,
         guard: &'g Guard,
-    ) -> &'g Slot {
+    ) -> &'g S {
         if let Some(slot) = self.find(key, hash, guard) {
             return slot;
         }
@@ -602,7 +532,7 @@ impl Placing<'_> {
         now: u64,
         others: usize,
         guard: &'g Guard,
-    ) -> &'g Slot {
+    ) -> &'g S {
         let (table, writer) = (self.table, &mut *self.writer);
         let window = granularity.saturating_mul(table.buckets);
         if now >= writer.quiet_until {
@@ -638,20 +568,18 @@ impl Placing<'_> {
     /// every later charge on it fails, so its state is final, and a lock-free lookup still
     /// finds the slot, retired, and goes to the lock. The slot, readable while `guard` is, is
     /// returned so that the key's state can be copied where it goes
-    /// ([`line::copy_to_ring`]); [`Placing::bury`] then ends it, once the key's new window
-    /// is published (a lookup that found neither would take the key for absent).
-    ///
-    /// [`line::copy_to_ring`]: crate::window::line::copy_to_ring
-    pub(crate) fn retire<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g Slot> {
+    /// ([`InlineSlot::copy_to_entry`]); [`Placing::bury`] then ends it, once the key's new
+    /// window is published (a lookup that found neither would take the key for absent).
+    pub(crate) fn retire<'g>(&mut self, key: u64, hash: u64, guard: &'g Guard) -> Option<&'g S> {
         let slot = self.find(key, hash, guard)?;
-        slot.line(self.table.buckets).retire_now();
+        slot.retire_now(self.table.buckets);
         Some(slot)
     }
 
     /// Makes the slot [`Placing::retire`] retired a tombstone, not counted as an eviction.
     /// No migration step runs between the two (each is under this lock, and only this
     /// writer's own calls step), so the slot is where `retire` found it.
-    pub(crate) fn bury(&mut self, slot: &Slot, guard: &Guard) {
+    pub(crate) fn bury(&mut self, slot: &S, guard: &Guard) {
         let in_current = self.table.in_current(slot, guard);
         let buried = self
             .table
@@ -678,7 +606,7 @@ impl Placing<'_> {
     }
 }
 
-impl Drop for InlineTable {
+impl<S: InlineSlot> Drop for InlineTable<S> {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no lookup is running and none can start.
         let guard = unsafe { epoch::unprotected() };
@@ -696,50 +624,80 @@ impl Drop for InlineTable {
 
 mod eviction;
 mod migration;
+mod slot;
 #[cfg(all(test, not(slidegate_loom)))]
 mod tests;
 
 /// An inline table of `u64` keys hashed by identity, for the loom models
 /// (`loom-tests/tests/inline_*.rs`): Strict checks over buckets of
-/// [`LINE_MIN_GRANULARITY`] ns.
+/// [`LINE_MIN_GRANULARITY`] ns, in slots of either kind, so that a model runs on both.
 #[cfg(slidegate_loom)]
-pub struct LoomInline(InlineTable, u64);
+pub struct LoomInline(LoomTable, u64);
+
+#[cfg(slidegate_loom)]
+enum LoomTable {
+    Line(InlineTable<LineSlot>),
+    Wide(InlineTable<WideSlot>),
+}
+
+/// `$body` on the table of either kind, as `$table`.
+#[cfg(slidegate_loom)]
+macro_rules! on_loom_table {
+    ($inline:expr, |$table:ident| $body:expr) => {
+        match &$inline.0 {
+            LoomTable::Line($table) => $body,
+            LoomTable::Wide($table) => $body,
+        }
+    };
+}
 
 #[cfg(slidegate_loom)]
 impl LoomInline {
     /// The length of a bucket (ns).
     pub const GRANULARITY: u64 = LINE_MIN_GRANULARITY;
 
-    /// An empty table of windows of `buckets` buckets.
+    /// An empty table of line slots for windows of `buckets` buckets.
     pub fn new(buckets: u64) -> LoomInline {
-        LoomInline(InlineTable::at_half_load(buckets), buckets)
+        LoomInline(LoomTable::Line(InlineTable::at_half_load(buckets)), buckets)
+    }
+
+    /// An empty table of wide slots (the three-word ring) for windows of `buckets` buckets.
+    pub fn wide(buckets: u64) -> LoomInline {
+        LoomInline(LoomTable::Wide(InlineTable::at_half_load(buckets)), buckets)
     }
 
     /// A Strict check of `cost` against `limit` on `key` at `t`.
     pub fn check(&self, key: u64, t: u64, limit: u64, cost: u64) -> bool {
         let rule = line_counter::strict(limit, self.1, Self::GRANULARITY);
-        self.0.check(key, key, &rule, || t, cost).is_allowed()
+        on_loom_table!(self, |table| table
+            .check(key, key, &rule, || t, cost)
+            .is_allowed())
     }
 
     /// A refund of up to `n` units of `key`'s window at `t`: the units freed (`None`: no
     /// live slot).
     pub fn refund(&self, key: u64, t: u64, n: u64) -> Option<u64> {
         let rule = line_counter::strict(1, self.1, Self::GRANULARITY);
-        self.0.refund(key, key, &rule, || t, n)
+        on_loom_table!(self, |table| table.refund(key, key, &rule, || t, n))
     }
 
     /// `key`'s window sum at `t`, if it has a live slot.
     pub fn sum(&self, key: u64, t: u64) -> Option<u64> {
-        self.0.sum(key, key, Self::GRANULARITY, t)
+        on_loom_table!(self, |table| table.sum(key, key, Self::GRANULARITY, t))
     }
 
     /// Evicts `key` if its window is empty at `t`.
     pub fn evict_idle(&self, key: u64, t: u64) -> bool {
-        self.0.evict_idle(key, key, Self::GRANULARITY, t)
+        on_loom_table!(self, |table| table.evict_idle(
+            key,
+            key,
+            Self::GRANULARITY,
+            t
+        ))
     }
 
     /// Evicts every key whose window is empty at `t`: how many.
     pub fn retain_recent(&self, t: u64) -> usize {
-        self.0.retain_recent(Self::GRANULARITY, t)
+        on_loom_table!(self, |table| table.retain_recent(Self::GRANULARITY, t))
     }
 }

@@ -45,7 +45,7 @@ use crate::window::state::{State, on_ring};
 
 use entry::Entry;
 use overrides::{KeyRule, Overrides};
-use routing::InlineStore;
+use routing::{Inline, on_inline};
 use store::Store;
 
 /// The default hasher of a [`KeyedLimiter`]: ahash, with a random state per limiter, so
@@ -81,7 +81,11 @@ pub type DefaultHashBuilder = ahash::RandomState;
 /// limit of at most 2²¹ and no marks, keep their whole window (key, hash and `N + 1`
 /// snapshots) in one 64-byte slot of a table kept at load 1/8 or below up to 2¹⁶ slots (4
 /// MiB) and 2/3 or below beyond, found with one cache miss: 96 to 192 bytes per key in a
-/// large table, 101 at a million keys. Such a key moves to the
+/// large table, 101 at a million keys. Under a quota of at most ten buckets (of any length)
+/// whose limit is above 2²¹ (up to the largest, 2³¹ − 1) or that keeps marks, they keep it in
+/// one 128-byte slot of two cache lines instead, the general store's ring of 32-bit
+/// snapshots without the pointer to it: 192 to 384 bytes per key in a large table. Such a
+/// key moves to the
 /// general store, with its counts, once a [`check_all`](crate::check_all) reserves on it
 /// (a reservation needs a field the slot has no room for), and stays there until it is
 /// evicted; a key whose override has another shape lives there too. Decisions are the same
@@ -128,7 +132,7 @@ where
     default: KeyRule,
     store: Store<K, S>,
     /// The inline table, if the key type and the default quota fit one (see `routing`).
-    inline: Option<InlineStore>,
+    inline: Inline,
     overrides: Overrides<K, S>,
     clock: C,
 }
@@ -418,7 +422,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.store.len() + self.inline.as_ref().map_or(0, InlineStore::len)
+        self.store.len() + self.inline.len()
     }
 
     /// Whether no key is held.
@@ -459,10 +463,7 @@ where
     /// ```
     pub fn retain_recent(&self) -> usize {
         let now = self.clock.now().0;
-        let inline = self
-            .inline
-            .as_ref()
-            .map_or(0, |inline| inline.retain_recent(now));
+        let inline = self.inline.retain_recent(now);
         self.store.retain_recent(now) + inline
     }
 
@@ -481,10 +482,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn evictions(&self) -> u64 {
-        let inline = self
-            .inline
-            .as_ref()
-            .map_or(0, |inline| inline.table.evictions().0);
+        let inline = self.inline.evictions().0;
         self.store.evictions() + inline
     }
 
@@ -507,10 +505,7 @@ where
     /// # Ok::<(), slidegate::ConfigError>(())
     /// ```
     pub fn forced_evictions(&self) -> u64 {
-        let inline = self
-            .inline
-            .as_ref()
-            .map_or(0, |inline| inline.table.evictions().1);
+        let inline = self.inline.evictions().1;
         self.store.forced_evictions() + inline
     }
 
@@ -676,7 +671,7 @@ where
     {
         let guard = &epoch::pin();
         let hash = self.store.hash(key);
-        if let Some(inline) = &self.inline {
+        on_inline!(&self.inline, |inline| {
             let keyed = self.rule_for(key, guard);
             if let Some(word) = inline.word(keyed, &self.default, key) {
                 if let Err(e) = keyed.rule.validate(n) {
@@ -692,7 +687,7 @@ where
                     return R::decided(sync::copy_by_words(&decision));
                 }
             }
-        }
+        }, _ => {});
         let now = || self.clock.now().0;
         let mut lookup = true;
         loop {
@@ -882,9 +877,9 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        if let Some(inline) = &self.inline {
+        on_inline!(&self.inline, |inline| {
             return self.insert_beside(inline, key, hash, guard);
-        }
+        }, _ => {});
         let shape = || self.rule_for(key, guard).shape;
         self.store
             .get_or_insert(key, hash, shape, self.clock.now().0, guard)
@@ -937,10 +932,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.default.rule.quota)
-            .field(
-                "keys",
-                &(self.store.len() + self.inline.as_ref().map_or(0, InlineStore::len)),
-            )
+            .field("keys", &(self.store.len() + self.inline.len()))
             .finish_non_exhaustive()
     }
 }

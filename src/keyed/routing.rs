@@ -1,15 +1,16 @@
 //! Which of a keyed limiter's two stores holds a key, and the moves between them.
 //!
 //! A limiter whose key type has an inline word ([`Encoding::of`]) and whose default quota
-//! fits a line ring ([`Line::fits`]) keeps its keys in an [`InlineTable`]: each key's window
-//! in the key's own 64-byte slot, found with one cache miss at a million keys. A key lives
-//! there while its quota has the table's shape (the default's buckets and granularity,
-//! compact slots). Every other key lives in the [`Store`](super::store::Store): a key of
+//! fits a line ring ([`Line::fits`]), or else a wide slot (a ring of at most ten buckets
+//! that the store would give wide slots: [`Inline::new`]), keeps its keys in an
+//! [`InlineTable`]: each key's window in the key's own 64- or 128-byte slot, found without
+//! following a pointer. A key lives there while its quota has the table's shape (the
+//! default's buckets and granularity, and slot width). Every other key lives in the [`Store`](super::store::Store): a key of
 //! another shape (an override), and a key a [`check_all`](crate::check_all) reserves on,
 //! whose reservation needs the pending field a line ring has no room for. Such a key is
 //! *moved*, in the order of the table's migration: under the table's lock its slot's ring
 //! is retired (every later charge on it fails), its state copied into a store entry
-//! ([`line::copy_to_ring`]) before the entry is published, and only then the slot made a
+//! ([`InlineSlot::copy_to_entry`]) before the entry is published, and only then the slot made a
 //! tombstone, so that a lock-free lookup meanwhile finds the retired slot and goes to the
 //! lock rather than finding the key in neither store. It stays in the store until it is
 //! evicted.
@@ -46,58 +47,134 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::sync::epoch::Guard;
 use crate::window::counter;
-use crate::window::line::{self, Line};
-use crate::window::line_counter;
+use crate::window::line::Line;
 use crate::window::state::{Shape, State, on_ring};
 
 use super::KeyedLimiter;
 use super::entry::Entry;
-use super::inline::{InlineTable, Placing, Slot};
+use super::inline::{InlineSlot, InlineTable, LineSlot, Placing, WIDE_MAX_BUCKETS, WideSlot};
 use super::overrides::KeyRule;
 use super::word::Encoding;
 
-/// A limiter's inline table, with what tells which keys it holds.
-pub(super) struct InlineStore {
-    pub(super) table: InlineTable,
+/// A limiter's inline table, if it has one, of the kind its default quota needs.
+pub(super) enum Inline {
+    /// No table: the key type has no word, or the default quota's window fits neither kind.
+    None,
+    /// 64-byte slots of line rings: a quota without marks, a limit of at most 2²¹, at most
+    /// ten buckets of at least 2²⁶ ns.
+    Line(InlineStore<LineSlot>),
+    /// 128-byte slots of three-word rings of wide slots: a quota whose keys the store keeps
+    /// in wide slots (a limit above 2²¹, or marks), of at most ten buckets.
+    Wide(InlineStore<WideSlot>),
+}
+
+/// `$body` on a limiter's inline table of either kind, as `$store`; `$none` without one.
+macro_rules! on_inline {
+    ($inline:expr, |$store:ident| $body:expr, _ => $none:expr $(,)?) => {
+        match $inline {
+            $crate::keyed::routing::Inline::Line($store) => $body,
+            $crate::keyed::routing::Inline::Wide($store) => $body,
+            $crate::keyed::routing::Inline::None => $none,
+        }
+    };
+}
+pub(super) use on_inline;
+
+impl Inline {
+    /// The inline table of a limiter of `K` keys under `default`: the line kind if `K` has
+    /// an inline word and the quota fits a line ring; else the wide kind if the quota's keys
+    /// take wide slots in the store (a limit above 2²¹, or marks) and at most
+    /// [`WIDE_MAX_BUCKETS`] buckets of any length; else none. A compact quota that misses a
+    /// line ring only by its short buckets keeps the store's compact entries (104 bytes at
+    /// `N = 10`), smaller than a wide slot.
+    pub(super) fn new<K: 'static>(default: &KeyRule, max_keys: usize) -> Inline {
+        let Some(encoding) = Encoding::of::<K>() else {
+            return Inline::None;
+        };
+        let Shape::Ring {
+            granularity,
+            buckets,
+            compact,
+        } = default.shape
+        else {
+            return Inline::None;
+        };
+        if compact
+            && !default.rule.counter.is_marked()
+            && Line::fits(default.rule.limit, buckets, granularity)
+        {
+            Inline::Line(InlineStore::new(encoding, default.shape, max_keys))
+        } else if !compact && buckets <= WIDE_MAX_BUCKETS {
+            Inline::Wide(InlineStore::new(encoding, default.shape, max_keys))
+        } else {
+            Inline::None
+        }
+    }
+
+    /// The table's kind: `"line"`, `"wide"` or `"none"` (for the tests).
+    #[cfg(test)]
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Inline::Line(_) => "line",
+            Inline::Wide(_) => "wide",
+            Inline::None => "none",
+        }
+    }
+
+    /// The keys the table holds (0 without one).
+    pub(super) fn len(&self) -> usize {
+        on_inline!(self, |inline| inline.len(), _ => 0)
+    }
+
+    /// Evicts every key of the table whose window is empty at `now`.
+    pub(super) fn retain_recent(&self, now: u64) -> usize {
+        on_inline!(self, |inline| inline.retain_recent(now), _ => 0)
+    }
+
+    /// Keys evicted while idle, and keys forced out at `max_keys`.
+    pub(super) fn evictions(&self) -> (u64, u64) {
+        on_inline!(self, |inline| inline.table.evictions(), _ => (0, 0))
+    }
+}
+
+/// A limiter's inline table of slots of kind `S`, with what tells which keys it holds.
+pub(super) struct InlineStore<S: InlineSlot> {
+    pub(super) table: InlineTable<S>,
     encoding: Encoding,
-    /// The shape of the keys the table holds: a compact ring of the default's buckets.
+    /// The shape of the keys the table holds: the default's ring (compact slots for the
+    /// line kind, wide ones for the wide kind).
     shape: Shape,
     granularity: u64,
     buckets: u64,
 }
 
-impl InlineStore {
-    /// The inline table of a limiter of `K` keys under `default`, if `K` has an inline word
-    /// and the quota fits a line ring.
-    pub(super) fn new<K: 'static>(default: &KeyRule, max_keys: usize) -> Option<InlineStore> {
-        let encoding = Encoding::of::<K>()?;
+impl<S: InlineSlot> InlineStore<S> {
+    /// A table of keys of `shape`, a ring's whose window the kind holds.
+    fn new(encoding: Encoding, shape: Shape, max_keys: usize) -> InlineStore<S> {
         let Shape::Ring {
             granularity,
             buckets,
-            compact: true,
-        } = default.shape
+            ..
+        } = shape
         else {
-            return None;
+            unreachable!("an inline table is made for a ring's shape")
         };
-        if default.rule.counter.is_marked() || !Line::fits(default.rule.limit, buckets, granularity)
-        {
-            return None;
-        }
-        Some(InlineStore {
+        InlineStore {
             table: InlineTable::with_max_keys(buckets, max_keys),
             encoding,
-            shape: default.shape,
+            shape,
             granularity,
             buckets,
-        })
+        }
     }
 
     /// `key`'s word if a key under `keyed` lives in the table. Only an override's shape is
     /// compared: `default`, the limiter's default rule, has the table's shape (the table is
-    /// made for it, and it never changes), a pointer comparison. A compact shape implies no
-    /// marks and a limit of at most 2²¹, and the buckets are the table's, so the quota fits a
-    /// line ring. (A borrowed form whose `Hash` breaks the `Borrow` contract has no word: it
-    /// goes to the store, where a `HashMap` would not find its owner either.)
+    /// made for it, and it never changes), a pointer comparison. The buckets of the shape
+    /// are the table's, and a compact shape implies no marks and a limit of at most 2²¹, so
+    /// the quota fits the table's kind. (A borrowed form whose `Hash` breaks the `Borrow`
+    /// contract has no word: it goes to the store, where a `HashMap` would not find its
+    /// owner either.)
     #[inline]
     pub(super) fn word<Q: Hash + ?Sized>(
         &self,
@@ -125,12 +202,12 @@ impl InlineStore {
 }
 
 /// Where a key's window is.
-enum Place<'g, K> {
+enum Place<'g, K, T> {
     /// In its slot of the inline table.
-    Line(&'g Slot),
+    Line(&'g T),
     /// In a slot just inserted for it under the table's lock, at this clock reading: the
     /// check judges at it, a reading made after every eviction the lock saw.
-    Inserted(&'g Slot, u64),
+    Inserted(&'g T, u64),
     /// In the store, moved there by a `check_all`.
     Entry(&'g Entry<K>),
     /// The key's quota no longer has the table's shape: the store's path decides.
@@ -144,27 +221,27 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// A check of `n` (valid under `rule`) on a key of the inline table's shape whose word
-    /// is `word`, on the line ring's fast path ([`line_counter::charge_fast`]): the decision,
+    /// is `word`, on its ring's fast path ([`InlineSlot::charge_fast`]): the decision,
     /// or what the general path ([`KeyedLimiter::acquire_line_slow`]) goes on from (the key's
     /// live slot and the clock reading judged at, if the lookup found one). Apart from the
     /// general path's, so that the caller returns this decision straight from the registers
     /// it was built in: where the two paths' decisions met in one stack slot, the caller
     /// copied it with wide loads over narrow stores (`sync::copy_by_words`).
     #[inline]
-    pub(super) fn acquire_line<'g>(
+    pub(super) fn acquire_line<'g, T: InlineSlot>(
         &self,
-        inline: &'g InlineStore,
+        inline: &'g InlineStore<T>,
         word: u64,
         hash: u64,
         n: u64,
         rule: &Rule,
         guard: &'g Guard,
-    ) -> Result<Decision, Option<(&'g Slot, u64)>> {
+    ) -> Result<Decision, Option<(&'g T, u64)>> {
         let slot = inline.table.find(word, hash, guard).ok_or(None)?;
         // One reading for the whole check, passed as a constant: through a closure the
         // clock was called out of line (`<&F as Fn>::call`), a tenth of an allowed check.
         let t = self.clock.now().0;
-        line_counter::charge_fast(&slot.line(inline.buckets), &rule.counter, || t, n)
+        slot.charge_fast(inline.buckets, &rule.counter, t, n)
             .ok_or(Some((slot, t)))
     }
 
@@ -175,24 +252,23 @@ where
     /// the common case stays small.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn acquire_line_slow<Q>(
+    pub(super) fn acquire_line_slow<Q, T: InlineSlot>(
         &self,
-        inline: &InlineStore,
+        inline: &InlineStore<T>,
         key: &Q,
         word: u64,
         hash: u64,
         n: u64,
         rule: &Rule,
         guard: &Guard,
-        found: Option<(&Slot, u64)>,
+        found: Option<(&T, u64)>,
     ) -> Option<Decision>
     where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
         if let Some((slot, t)) = found {
-            let decided =
-                line_counter::charge_loop(&slot.line(inline.buckets), &rule.counter, || t, n);
+            let decided = slot.charge_loop(inline.buckets, &rule.counter, || t, n);
             if decided.is_some() {
                 return decided;
             }
@@ -204,12 +280,8 @@ where
         };
         loop {
             let decided = match place {
-                Place::Line(slot) => {
-                    line_counter::charge(&slot.line(inline.buckets), &rule.counter, now, n)
-                }
-                Place::Inserted(slot, t) => {
-                    line_counter::charge(&slot.line(inline.buckets), &rule.counter, || t, n)
-                }
+                Place::Line(slot) => slot.charge(inline.buckets, &rule.counter, now, n),
+                Place::Inserted(slot, t) => slot.charge(inline.buckets, &rule.counter, || t, n),
                 Place::Entry(entry) => on_ring!(entry.state(),
                     |_, ring| counter::charge(ring, &rule.counter, now, n),
                     _ => return None,
@@ -229,9 +301,9 @@ where
     /// An empty store is not probed: a key moved since its count was read is found under the
     /// lock.
     #[inline]
-    fn moved<'g, Q>(
+    fn moved<'g, Q, T: InlineSlot>(
         &self,
-        inline: &InlineStore,
+        inline: &InlineStore<T>,
         key: &Q,
         hash: u64,
         guard: &'g Guard,
@@ -263,14 +335,14 @@ where
     /// The table's writer path: `key`'s window, under the table's lock, in its slot
     /// (inserted if the key has none anywhere) or in the store entry a move left.
     #[cold]
-    fn place_line<'g, Q>(
+    fn place_line<'g, Q, T: InlineSlot>(
         &'g self,
-        inline: &'g InlineStore,
+        inline: &'g InlineStore<T>,
         key: &Q,
         word: u64,
         hash: u64,
         guard: &'g Guard,
-    ) -> Place<'g, K>
+    ) -> Place<'g, K, T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -304,9 +376,9 @@ where
     /// of its quota's shape, placed under the table's lock. A slot the key has in the table
     /// is moved: its counts copied into the entry when the entry has the table's shape (a
     /// key a `check_all` reserves on), dropped when the quota changed shape.
-    pub(super) fn insert_beside<'g, Q>(
+    pub(super) fn insert_beside<'g, Q, T: InlineSlot>(
         &self,
-        inline: &InlineStore,
+        inline: &InlineStore<T>,
         key: &Q,
         hash: u64,
         guard: &'g Guard,
@@ -331,13 +403,13 @@ where
     /// the key absent from both stores, and goes to the lock. Room is made only for a key
     /// the store does not hold either: a second first check of a key, or a replacement of
     /// an entry of another shape, adds no key.
-    fn store_beside<'g, Q>(
+    fn store_beside<'g, Q, T: InlineSlot>(
         &self,
-        inline: &InlineStore,
-        placing: &mut Placing<'_>,
+        inline: &InlineStore<T>,
+        placing: &mut Placing<'_, T>,
         key: &Q,
         hash: u64,
-        retired: Option<&Slot>,
+        retired: Option<&T>,
         guard: &'g Guard,
     ) -> &'g Entry<K>
     where
@@ -355,7 +427,7 @@ where
         let copied = retired.filter(|_| shape == inline.shape);
         let init = |words: &[_]| {
             if let Some(slot) = copied {
-                line::copy_to_ring(&slot.line(inline.buckets), words);
+                slot.copy_to_entry(inline.buckets, words);
             }
         };
         // A moved key is counted once: its slot is still live until it is buried.
@@ -375,7 +447,13 @@ where
     ///
     /// Both stores' locks are held, so neither store's `retain_recent` evicts meanwhile: a
     /// count read before it had made room would force a key out for nothing.
-    fn make_room(&self, inline: &InlineStore, placing: &mut Placing<'_>, now: u64, guard: &Guard) {
+    fn make_room<T: InlineSlot>(
+        &self,
+        inline: &InlineStore<T>,
+        placing: &mut Placing<'_, T>,
+        now: u64,
+        guard: &Guard,
+    ) {
         // Below the bound without the store's lock: without the table's lock (held) the
         // store's count only falls.
         if placing.len() + self.store.len() < self.store.max_keys() {
@@ -405,15 +483,16 @@ where
         K: Borrow<Q> + From<Q::Owned>,
         Q: Hash + Eq + ToOwned + ?Sized,
     {
-        let inline = self.inline.as_ref()?;
-        let word = inline.word(keyed, &self.default, key)?;
-        inline.table.find(word, hash, guard)?;
-        // Under the lock the key may be gone (evicted since): then there is nothing to move,
-        // and the caller defers the key rather than making it (and perhaps room for it).
-        let mut placing = inline.table.lock();
-        let retired = placing.retire(word, hash, guard)?;
-        let entry = self.store_beside(inline, &mut placing, key, hash, Some(retired), guard);
-        entry.fits(keyed.shape).then_some(entry)
+        on_inline!(&self.inline, |inline| {
+            let word = inline.word(keyed, &self.default, key)?;
+            inline.table.find(word, hash, guard)?;
+            // Under the lock the key may be gone (evicted since): then there is nothing to
+            // move, and the caller defers the key rather than making it (and perhaps room).
+            let mut placing = inline.table.lock();
+            let retired = placing.retire(word, hash, guard)?;
+            let entry = self.store_beside(inline, &mut placing, key, hash, Some(retired), guard);
+            entry.fits(keyed.shape).then_some(entry)
+        }, _ => None)
     }
 
     /// What a check of `n` on a key of the table's shape would decide now, if the key has a
@@ -431,16 +510,15 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let inline = self.inline.as_ref()?;
-        let word = inline.word(keyed, &self.default, key)?;
-        let now = || self.clock.now().0;
-        let peek = |slot: &Slot| {
-            line_counter::peek(&slot.line(inline.buckets), &keyed.rule.counter, now, n)
-        };
-        let slot = inline.table.find(word, hash, guard)?;
-        // Retired (frozen by a migration, evicted, or moved): under the lock a slot found is
-        // live.
-        peek(slot).or_else(|| inline.table.lock().find(word, hash, guard).and_then(peek))
+        on_inline!(&self.inline, |inline| {
+            let word = inline.word(keyed, &self.default, key)?;
+            let now = || self.clock.now().0;
+            let peek = |slot: &_| InlineSlot::peek(slot, inline.buckets, &keyed.rule.counter, now, n);
+            let slot = inline.table.find(word, hash, guard)?;
+            // Retired (frozen by a migration, evicted, or moved): under the lock a slot found
+            // is live.
+            peek(slot).or_else(|| inline.table.lock().find(word, hash, guard).and_then(peek))
+        }, _ => None)
     }
 
     /// Frees up to `n` units of a key of the table's shape; `None` if it has no slot.
@@ -449,13 +527,15 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let inline = self.inline.as_ref()?;
-        let word = inline.word(keyed, &self.default, key)?;
-        let now = || self.clock.now().0;
-        inline.table.refund(word, hash, &keyed.rule.counter, now, n)
+        on_inline!(&self.inline, |inline| {
+            let word = inline.word(keyed, &self.default, key)?;
+            let now = || self.clock.now().0;
+            inline.table.refund(word, hash, &keyed.rule.counter, now, n)
+        }, _ => None)
     }
 
-    /// The total cost admitted to `key`'s slot (wrapping at 2²⁴), if it has one.
+    /// The total cost admitted to `key`'s slot (wrapping at 2²⁴ in a line slot, 2³² in a
+    /// wide one), if it has one.
     pub(super) fn admitted_line<Q>(
         &self,
         keyed: &KeyRule,
@@ -467,10 +547,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let inline = self.inline.as_ref()?;
-        let word = inline.word(keyed, &self.default, key)?;
-        let slot = inline.table.find(word, hash, guard)?;
-        Some(slot.line(inline.buckets).admitted())
+        on_inline!(&self.inline, |inline| {
+            let word = inline.word(keyed, &self.default, key)?;
+            let slot = inline.table.find(word, hash, guard)?;
+            Some(slot.admitted(inline.buckets))
+        }, _ => None)
     }
 }
 

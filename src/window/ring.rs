@@ -1109,6 +1109,29 @@ impl<S: Slots> Ring<'_, S> {
         }
     }
 
+    /// Helps every fill in progress to its end, and returns a `front` from which no fill
+    /// was claimed when `goal` was loaded. On a retired ring (the inline table's freeze,
+    /// `keyed::inline::slot`) only a check that read `cum` before the retirement can claim
+    /// one more fill; a live ring's callers would race new claims.
+    pub(crate) fn settle(&self) -> u64 {
+        loop {
+            // Acquire: as `advance`'s.
+            let front = self.front.load(Ordering::Acquire);
+            if !self.help(front) {
+                return front;
+            }
+        }
+    }
+
+    /// Whether no fill has been claimed from `front` (`goal` and then `front` still hold
+    /// it): `goal` grows only by a claim and never comes back, so a claim whose fill wrote a
+    /// slot this thread has since loaded (Acquire) is seen here.
+    pub(crate) fn settled_at(&self, front: u64) -> bool {
+        // Acquire: pairs with the claim's Release (through the helper's slot CAS that a
+        // caller's earlier load read), so that load's claim is not missed.
+        self.goal.load(Ordering::Acquire) == front && self.front.load(Ordering::Acquire) == front
+    }
+
     /// If a fill from `front` is in progress, helps finish it and returns `true`.
     fn help(&self, front: u64) -> bool {
         let goal = self.goal.load(Ordering::Acquire);

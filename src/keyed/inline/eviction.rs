@@ -3,15 +3,14 @@
 
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{self, Ordering};
-use crate::window::line::Line;
 
-use super::{InlineTable, LIVE, MOVED, SWEEP_CHUNK, Slot, TOMBSTONE, Table, Writer};
+use super::{InlineSlot, InlineTable, LIVE, MOVED, SWEEP_CHUNK, TOMBSTONE, Table, Writer};
 use crate::keyed::eviction::{self, SWEEP, Sampled};
 
 impl Writer {
     /// The slot of `table` the sweep examines next, the cursor moved past it: it wraps at
     /// the table's end (and starts over in a table smaller than the last).
-    fn swept(&mut self, table: &Table) -> usize {
+    fn swept<S: InlineSlot>(&mut self, table: &Table<S>) -> usize {
         let i = if self.sweep < table.capacity() {
             self.sweep
         } else {
@@ -22,7 +21,7 @@ impl Writer {
     }
 }
 
-impl InlineTable {
+impl<S: InlineSlot> InlineTable<S> {
     /// Evicts `key` if its window is empty at `now`: `true` if it did. The slot becomes a
     /// tombstone.
     ///
@@ -42,11 +41,11 @@ impl InlineTable {
 
     /// Whether `slot` is in the current table; else it is in the next one (moved, or
     /// inserted since the migration started).
-    pub(super) fn in_current(&self, slot: &Slot, guard: &Guard) -> bool {
+    pub(super) fn in_current(&self, slot: &S, guard: &Guard) -> bool {
         self.current(guard)
             .slots
             .as_ptr_range()
-            .contains(&(slot as *const Slot))
+            .contains(&(slot as *const S))
     }
 
     /// Turns a live slot into a tombstone if `retire` retires its ring, counted in its table
@@ -54,12 +53,12 @@ impl InlineTable {
     pub(super) fn evict_if(
         &self,
         writer: &mut Writer,
-        slot: &Slot,
+        slot: &S,
         in_current: bool,
-        retire: impl FnOnce(&Line<'_>) -> bool,
+        retire: impl FnOnce(&S) -> bool,
     ) -> bool {
         let state = slot.state();
-        if state & LIVE == 0 || state & MOVED != 0 || !retire(&slot.line(self.buckets)) {
+        if state & LIVE == 0 || state & MOVED != 0 || !retire(slot) {
             return false;
         }
         slot.set_state(state, TOMBSTONE);
@@ -77,13 +76,14 @@ impl InlineTable {
     pub(super) fn evict_if_idle(
         &self,
         writer: &mut Writer,
-        slot: &Slot,
+        slot: &S,
         in_current: bool,
         granularity: u64,
         now: u64,
     ) -> bool {
-        let evicted = self.evict_if(writer, slot, in_current, |line| {
-            line.retire_idle(granularity, now)
+        let buckets = self.buckets;
+        let evicted = self.evict_if(writer, slot, in_current, |slot| {
+            slot.retire_idle(buckets, granularity, now)
         });
         writer.evicted += u64::from(evicted);
         evicted
@@ -169,7 +169,7 @@ impl InlineTable {
         writer: &'a mut Writer,
         granularity: u64,
         guard: &'a Guard,
-    ) -> Evicting<'a> {
+    ) -> Evicting<'a, S> {
         Evicting {
             inline: self,
             writer,
@@ -184,16 +184,16 @@ impl InlineTable {
 /// An inline table under its writer's lock, as the eviction policy sees it: `table` (the
 /// current one, or during a migration the next one), and the quota's bucket length and
 /// window.
-struct Evicting<'a> {
-    inline: &'a InlineTable,
+struct Evicting<'a, S: InlineSlot> {
+    inline: &'a InlineTable<S>,
     writer: &'a mut Writer,
-    table: &'a Table,
+    table: &'a Table<S>,
     in_current: bool,
     granularity: u64,
     window: u64,
 }
 
-impl eviction::Slots for Evicting<'_> {
+impl<S: InlineSlot> eviction::Slots for Evicting<'_, S> {
     /// When the key was last active: the least recently active goes.
     type Rank = u64;
 
@@ -231,16 +231,17 @@ impl eviction::Slots for Evicting<'_> {
         if inline.evict_if_idle(self.writer, slot, self.in_current, granularity, now) {
             return Sampled::Evicted;
         }
-        Sampled::Kept(slot.line(inline.buckets).last_active(granularity))
+        Sampled::Kept(slot.last_active(inline.buckets, granularity))
     }
 
     #[inline]
     fn force_out(&mut self, i: usize) -> bool {
         let slot = &self.table.slots[i];
+        let buckets = self.inline.buckets;
         let forced = self
             .inline
-            .evict_if(self.writer, slot, self.in_current, |line| {
-                line.retire_now();
+            .evict_if(self.writer, slot, self.in_current, |slot| {
+                slot.retire_now(buckets);
                 true
             });
         self.writer.forced += u64::from(forced);

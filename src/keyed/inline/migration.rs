@@ -3,21 +3,20 @@
 
 use crate::sync::Ordering;
 use crate::sync::epoch::{Guard, Owned, Shared};
-use crate::window::cum::RETIRED;
 
-use super::{CHUNK, HASH, InlineTable, LIVE, MOVED, RING, Slot, Table, Writer};
+use super::{CHUNK, HASH, InlineSlot, InlineTable, LIVE, MOVED, Table, Writer};
 
-impl InlineTable {
+impl<S: InlineSlot> InlineTable<S> {
     /// Links a next table to `current` and returns it, made for the keys
     /// ([`Table::for_keys`]), with the number of old slots each writer call moves.
     pub(super) fn start<'g>(
         &self,
         writer: &mut Writer,
-        current: &Table,
+        current: &Table<S>,
         guard: &'g Guard,
-    ) -> Shared<'g, Table> {
+    ) -> Shared<'g, Table<S>> {
         let keys = self.len() + 1;
-        let next = Table::for_keys(keys, self.sparse_load);
+        let next = Table::<S>::for_keys(keys, self.sparse_load);
         // Each writer call inserts at most one key: the migration must end within the
         // inserts that keep the next table within its bound (every moved key, then `slack`
         // new ones), however many of the old slots were tombstones.
@@ -73,16 +72,13 @@ impl InlineTable {
     }
 
     /// Freezes, copies and marks one old slot (see "Growth: the migration").
-    pub(super) fn move_slot(&self, slot: &Slot, next: &Table) {
+    pub(super) fn move_slot(&self, slot: &S, next: &Table<S>) {
         let state = slot.state();
         if state & LIVE == 0 || state & MOVED != 0 {
             return;
         }
-        slot.line(self.buckets).retire_now();
-        // Acquire: every charge and fill write the freeze ordered before is visible.
-        let mut words: [u64; RING] = core::array::from_fn(|i| slot.ring[i].load(Ordering::Acquire));
-        words[0] &= !RETIRED;
-        next.place(slot.key.load(Ordering::Relaxed), state & HASH, &words);
+        let words = slot.freeze(self.buckets);
+        next.place(slot.key(), state & HASH, &words);
         slot.set_state(state, state | MOVED);
     }
 

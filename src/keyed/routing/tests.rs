@@ -1,7 +1,6 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use super::InlineStore;
 use crate::clock::ManualClock;
 use crate::quota::{Mode, Quota};
 use crate::{KeyedLimiter, Limit, SlidingWindow, check_all};
@@ -16,14 +15,11 @@ fn limiter(limit: u64, clock: &ManualClock) -> KeyedLimiter<u64, ManualClock> {
 
 /// The keys held in the table and in the store.
 fn held<C: crate::clock::Clock>(keyed: &KeyedLimiter<u64, C>) -> (usize, usize) {
-    (
-        keyed.inline.as_ref().map_or(0, InlineStore::len),
-        keyed.store.len(),
-    )
+    (keyed.inline.len(), keyed.store.len())
 }
 
 #[test]
-fn a_key_goes_inline_when_its_type_and_quota_fit_a_line() {
+fn a_key_goes_inline_when_its_type_and_quota_fit_a_line_or_a_wide_slot() {
     let clock = ManualClock::new();
     let keyed = limiter(5, &clock);
     let _ = keyed.check(&1);
@@ -34,26 +30,42 @@ fn a_key_goes_inline_when_its_type_and_quota_fit_a_line() {
         (
             "buckets of 10 ms",
             Quota::new(5, Duration::from_millis(100)).unwrap(),
+            "none",
         ),
         (
             "3,600 buckets",
             Quota::new(5, Duration::from_secs(3600))
                 .and_then(|q| q.with_granularity(Duration::from_secs(1)))
                 .unwrap(),
+            "none",
         ),
         (
             "a limit above 2^21",
             Quota::new(1 << 22, Duration::from_secs(1)).unwrap(),
+            "wide",
         ),
-        ("marks", second.with_mode(Mode::StrictMarked)),
-        ("GCRA", second.with_mode(Mode::Gcra)),
-        ("the exact log", second.with_mode(Mode::ExactLog)),
+        (
+            "a limit of 10^9 in buckets of 10 ms",
+            Quota::new(1_000_000_000, Duration::from_millis(100)).unwrap(),
+            "wide",
+        ),
+        (
+            "a limit of 10^9 in 11 buckets",
+            Quota::new(1_000_000_000, Duration::from_secs(11))
+                .and_then(|q| q.with_granularity(Duration::from_secs(1)))
+                .unwrap(),
+            "none",
+        ),
+        ("marks", second.with_mode(Mode::StrictMarked), "wide"),
+        ("GCRA", second.with_mode(Mode::Gcra), "none"),
+        ("the exact log", second.with_mode(Mode::ExactLog), "none"),
     ];
-    for (case, quota) in cases {
+    for (case, quota, kind) in cases {
         let keyed = KeyedLimiter::<u64, _>::with_clock(quota, clock.clone());
         let _ = keyed.check(&1);
-        assert!(keyed.inline.is_none(), "{case}");
-        assert_eq!(keyed.len(), 1, "{case}");
+        assert_eq!(keyed.inline.kind(), kind, "{case}");
+        let inline = usize::from(kind != "none");
+        assert_eq!(held(&keyed), (inline, 1 - inline), "{case}");
     }
     for mode in [Mode::Weighted, Mode::FixedWindow] {
         let keyed = KeyedLimiter::<u64, _>::with_clock(second.with_mode(mode), clock.clone());
@@ -61,7 +73,12 @@ fn a_key_goes_inline_when_its_type_and_quota_fit_a_line() {
         assert_eq!(held(&keyed), (1, 0), "{mode:?}");
     }
     let strings = KeyedLimiter::<String, _>::with_clock(second, clock.clone());
-    assert!(strings.inline.is_none(), "a key type without a word");
+    assert_eq!(strings.inline.kind(), "none", "a key type without a word");
+    let strings = KeyedLimiter::<String, _>::with_clock(
+        Quota::new(1 << 30, Duration::from_secs(1)).unwrap(),
+        clock.clone(),
+    );
+    assert_eq!(strings.inline.kind(), "none", "a key type without a word");
 }
 
 /// A key `check_all` reserves on leaves the table with its counts: its decisions go on as a
