@@ -3,18 +3,18 @@
 //! runs here.
 //!
 //! A charge tries the ring's fast path first ([`charge_fast`]: the clock in the newest
-//! bucket, the oldest snapshot current), which admits the cost or, in a keyed check under
-//! Strict, judges the common denial from the same loads ([`deny_strict`]: a flood's, whose
-//! `retry_after` and `reset_after` follow from the window's first, second and last tails), so
-//! that a flood of denials costs two slot loads more than an admission, and no CAS, rather
-//! than the general reading and its searches. Anything else goes on with the general loop
-//! ([`charge_loop`]) from the loads the fast path made, so a check makes the same atomic
-//! accesses either way; the loop first tries the common denial on those loads
-//! ([`deny_fast`]: Strict's for a direct check, Weighted's and the fixed window's). The
-//! limiters call them without going through the state's dispatch, through which the check
-//! stopped being inlined: the direct limiter calls the two itself, keeping the fast path
-//! inline and the loop out of line; the keyed limiter calls [`charge`]. Peeks and
-//! reservations go through [`decide`].
+//! bucket, the oldest snapshot current), which admits the cost or, under Strict, judges the
+//! common denial from the same loads ([`deny_strict`]: a flood's, whose `retry_after` and
+//! `reset_after` follow from the window's first, second and last tails), so that a flood of
+//! denials costs two slot loads more than an admission, and no CAS, rather than the general
+//! reading and its searches. The direct limiter then tries a Strict denial after a burst
+//! ([`deny_guessed`]). Anything else goes on with the general loop ([`charge_loop`]) from
+//! the loads the fast path made, so a check makes the same atomic accesses either way; the
+//! loop first tries Weighted's and the fixed window's common denial on those loads
+//! ([`deny_fast`]). The limiters call them without going through the state's dispatch,
+//! through which the check stopped being inlined: the direct limiter calls the two itself,
+//! keeping the fast path inline and the loop out of line; the keyed limiter calls
+//! [`charge`]. Peeks and reservations go through [`decide`].
 
 use crate::algo::Op;
 use crate::algo::sliding_counter::CounterRule;
@@ -75,9 +75,8 @@ pub(crate) fn charge_fast<S: Slots>(
     }
 }
 
-/// The common denial, from the loads of a fast read that declined: Strict's by
-/// [`deny_strict`] (which a keyed check has tried inline already), Weighted's and the fixed
-/// window's by [`CounterRule::judge_denied_fast`] (a flood's: the general judgement's values,
+/// The common denial, from the loads of a fast read that declined: Weighted's and the fixed
+/// window's, by [`CounterRule::judge_denied_fast`] (a flood's: the general judgement's values,
 /// its searches skipped), made on a reading as consistent as [`Ring::read`]'s (the fast
 /// read's conditions, then `front` re-checked). A denial writes nothing, so it is returned as
 /// judged. `None`, having written nothing, for anything else: the general loop judges it
@@ -92,9 +91,6 @@ fn deny_fast<S: Slots>(
     n: u64,
 ) -> Option<Decision> {
     let fast = ring.fast_from(rule.granularity, loads)?;
-    if rule.is_strict() {
-        return deny_strict(&fast, rule, n).ok();
-    }
     let at = fast.front_index();
     let decision = rule.judge_denied_fast(
         fast.sum,
@@ -249,10 +245,12 @@ pub(crate) fn charge_loop<S: Slots>(
     now: impl Fn() -> u64,
     n: u64,
 ) -> Option<Decision> {
-    // Marks have no fast denial: they go to the general loop without building the fast view
-    // again. (A keyed check tried Strict's inline already; what it declined, this declines.)
+    // Marks have no fast denial, and Strict's was tried on these loads by every fast path
+    // (`charge_fast`, the line ring's): what it declined, this would decline again. Both go
+    // to the general loop without building the fast view again.
     if let Some(declined) = loads
         && !rule.is_marked()
+        && !rule.is_strict()
         && let Some(decision) = deny_fast(&ring, declined, rule, n)
     {
         return Some(decision);
