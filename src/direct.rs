@@ -172,6 +172,30 @@ impl<C: Clock> SlidingWindow<C> {
         self.decide(1, Op::Peek).0
     }
 
+    /// What a check of cost `n` would decide now, without charging anything: whether `n`
+    /// fits, `remaining` (what could be admitted now), and, when it would be denied, the
+    /// `retry_after` after which it would fit if nothing else arrives. [`peek`](Self::peek) is
+    /// `peek_n(1)`. The costs `check_n` refuses, it refuses too.
+    ///
+    /// A caller that charges usage known only afterwards (a response's tokens) asks this
+    /// before starting, then charges what was used.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = SlidingWindow::with_clock(Quota::new(10, Duration::from_secs(60))?, ManualClock::new());
+    /// limiter.check_n(7)?;
+    /// assert!(limiter.peek_n(3)?.is_allowed());
+    /// assert!(!limiter.peek_n(4)?.is_allowed());
+    /// assert_eq!(limiter.peek().remaining(), 3); // nothing was charged
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n(&self, n: u64) -> Result<Decision, CostError> {
+        self.rule.validate(n)?;
+        Ok(self.decide(n, Op::Peek).0)
+    }
+
     /// Gives back up to `n` units of room now, for cost admitted earlier that should not
     /// count (say, a request that failed upstream), and returns how many units it freed.
     ///

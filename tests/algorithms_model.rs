@@ -1,7 +1,8 @@
 //! Property tests for every algorithm behind the one interface: on any sequence of (clock
-//! step, check / peek / refund), a `SlidingWindow` run from one thread on a `ManualClock`
-//! decides exactly what the reference model (`slidegate-testkit`) decides, and one key of a
-//! `KeyedLimiter` decides exactly what the direct limiter does.
+//! step, check / peek of a cost / refund), a `SlidingWindow` run from one thread on a
+//! `ManualClock` decides exactly what the reference model (`slidegate-testkit`) decides, and
+//! one key of a `KeyedLimiter` (in its inline table, and in its general store) decides
+//! exactly what the direct limiter does.
 
 use slidegate_testkit::model as common;
 
@@ -15,7 +16,7 @@ use slidegate::{KeyedLimiter, Quota, SlidingWindow};
 #[derive(Clone, Debug)]
 enum Op {
     Check(u64),
-    Peek,
+    Peek(u64),
     Refund(u64),
 }
 
@@ -66,7 +67,8 @@ fn case() -> impl Strategy<Value = (Quota, Vec<(u64, Op)>)> {
         let l = q.limit();
         let op = prop_oneof![
             6 => (1..=l).prop_map(Op::Check),
-            1 => Just(Op::Peek),
+            1 => Just(Op::Peek(1)),
+            1 => (1..=l).prop_map(Op::Peek),
             1 => (1..=l + 2).prop_map(Op::Refund),
         ];
         (Just(q), prop::collection::vec((step(g, w), op), 1..100))
@@ -103,6 +105,9 @@ fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseErr
     let clock = ManualClock::new();
     let limiter = SlidingWindow::with_clock(quota, clock.clone());
     let keyed = KeyedLimiter::<u8, _>::with_clock(quota, clock.clone());
+    // `String` keys have no inline word: the general store.
+    let stored = KeyedLimiter::<String, _>::with_clock(quota, clock.clone());
+    let key = String::from("k");
     let mut model = Model::new(quota);
     let mut t = 0u64;
     for (step, op) in ops {
@@ -116,6 +121,13 @@ fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseErr
                     keyed.check_n(&1u8, n).unwrap(),
                     d,
                     "keyed check_n({}) at t={}",
+                    n,
+                    t
+                );
+                prop_assert_eq!(
+                    stored.check_n(&key, n).unwrap(),
+                    d,
+                    "stored check_n({}) at t={}",
                     n,
                     t
                 );
@@ -136,13 +148,37 @@ fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseErr
                 }
                 assert_reset_is_tight(&model, t, &d);
             }
-            Op::Peek => {
-                let d = limiter.peek();
-                prop_assert_eq!(keyed.peek(&1u8), d, "keyed peek at t={}", t);
-                prop_assert_eq!(d.is_allowed(), model.admits(t, 1));
-                prop_assert_eq!(d.remaining(), model.remaining(t), "peek at t={}", t);
-                if !d.is_allowed() {
-                    assert_retry_is_tight(&model, t, 1, &d);
+            Op::Peek(n) => {
+                let d = limiter.peek_n(n).unwrap();
+                if n == 1 {
+                    prop_assert_eq!(limiter.peek(), d, "peek at t={}", t);
+                    prop_assert_eq!(keyed.peek(&1u8), d, "keyed peek at t={}", t);
+                }
+                prop_assert_eq!(keyed.peek_n(&1u8, n).unwrap(), d, "keyed peek_n at t={}", t);
+                prop_assert_eq!(
+                    stored.peek_n(&key, n).unwrap(),
+                    d,
+                    "stored peek_n at t={}",
+                    t
+                );
+                prop_assert_eq!(
+                    d.is_allowed(),
+                    model.admits(t, n),
+                    "peek_n({}) at t={}",
+                    n,
+                    t
+                );
+                prop_assert_eq!(
+                    d.remaining(),
+                    model.remaining(t),
+                    "peek_n({}) at t={}",
+                    n,
+                    t
+                );
+                if d.is_allowed() {
+                    prop_assert_eq!(d.retry_after(), None);
+                } else {
+                    assert_retry_is_tight(&model, t, n, &d);
                 }
                 assert_reset_is_tight(&model, t, &d);
             }
@@ -152,6 +188,13 @@ fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseErr
                     keyed.refund(&1u8, n),
                     freed,
                     "keyed refund({}) at t={}",
+                    n,
+                    t
+                );
+                prop_assert_eq!(
+                    stored.refund(&key, n),
+                    freed,
+                    "stored refund({}) at t={}",
                     n,
                     t
                 );

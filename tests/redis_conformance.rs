@@ -22,7 +22,7 @@ use slidegate::{Mode, Quota, SlidingWindow};
 #[derive(Clone, Debug)]
 enum Op {
     Check(u64),
-    Peek,
+    Peek(u64),
     Refund(u64),
 }
 
@@ -69,7 +69,8 @@ fn case(max_limit: u64, modes: Vec<Mode>) -> impl Strategy<Value = (Quota, u64, 
         let l = q.limit();
         let op = prop_oneof![
             6 => (1..=l).prop_map(Op::Check),
-            1 => Just(Op::Peek),
+            1 => Just(Op::Peek(1)),
+            1 => (1..=l).prop_map(Op::Peek),
             1 => (1..=l + 2).prop_map(Op::Refund),
         ];
         (
@@ -106,6 +107,13 @@ thread_local! {
     };
 }
 
+/// Whether `op` travels in a `decide` batch with the checks and peeks of cost 1 at its time: a
+/// peek of a larger cost and a refund are calls of their own (the library's `all`), sent alone,
+/// since calls made at once have no order between them.
+fn batched(op: &Op) -> bool {
+    matches!(op, Op::Check(_) | Op::Peek(1))
+}
+
 /// Runs one case against two fresh keys (every third operation on the second); every answer
 /// of Redis must equal the local limiter's and the model's. Checks and peeks at one time
 /// run concurrently, so that they travel together in one call of the library's `decide`.
@@ -134,7 +142,7 @@ fn run_on(f: &Fixture, quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<
         let burst = ops[i..]
             .iter()
             .enumerate()
-            .take_while(|(j, (step, op))| !matches!(op, Op::Refund(_)) && (*j == 0 || *step == 0))
+            .take_while(|(j, (step, op))| batched(op) && (*j == 0 || *step == 0))
             .count();
         if burst > 0 {
             let which = |j: usize| (i + j) % 3 / 2;
@@ -164,6 +172,15 @@ fn run_on(f: &Fixture, quota: Quota, start: u64, ops: Vec<(u64, Op)>) -> Result<
                 }
             }
             i += burst;
+        } else if let Op::Peek(n) = ops[i].1 {
+            let k = i % 3 / 2;
+            let r = f.rt.block_on(remote.peek_n(keys[k], n)).unwrap();
+            let d = local[k].peek_n(n).unwrap();
+            prop_assert_eq!(r.decision(), d, "peek_n({}) at t={} µs, key {}", n, t, k);
+            prop_assert_eq!(r.server_time_micros(), t);
+            prop_assert_eq!(d.is_allowed(), model[k].admits(ns, n));
+            prop_assert_eq!(d.remaining(), model[k].remaining(ns));
+            i += 1;
         } else if let Op::Refund(n) = ops[i].1 {
             let k = i % 3 / 2;
             let freed = local[k].refund(n);
@@ -207,7 +224,7 @@ proptest! {
         let steps = ops.into_iter().map(|(kind, frac, cost)| {
             let step = g / 1000 * frac + kind;
             let n = (limit / 1000).max(1) * cost % limit + 1;
-            (step, if kind == 3 { Op::Refund(n) } else if kind == 2 { Op::Peek } else { Op::Check(n) })
+            (step, if kind == 3 { Op::Refund(n) } else if kind == 2 { Op::Peek(n) } else { Op::Check(n) })
         }).collect();
         run(quota, TODAY_US, steps)?;
     }
@@ -243,10 +260,10 @@ fn a_clock_set_back_is_judged_and_measured_as_the_local_limiters_do() {
         let steps = [
             (at, Op::Check(3)),
             (at - 150, Op::Check(1)),
-            (at - 150, Op::Peek),
+            (at - 150, Op::Peek(1)),
             (at + 40, Op::Check(1)),
             (at - 950, Op::Check(1)),
-            (at - 950, Op::Peek),
+            (at - 950, Op::Peek(1)),
             (at + 1_100, Op::Check(2)),
             (at + 300, Op::Check(1)),
             (at + 3_000, Op::Check(1)),

@@ -267,6 +267,30 @@ where
             .expect("a cost of 1 is within every limit")
     }
 
+    /// What a check of cost `n` on `key` would decide now, without charging anything or
+    /// keeping the key; the same meaning as [`SlidingWindow::peek_n`](crate::SlidingWindow::peek_n).
+    /// A cost of zero or above the key's limit is an error, as for `check_n`.
+    ///
+    /// ```
+    /// use slidegate::{KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::<String>::new(Quota::new(10, Duration::from_secs(60))?);
+    /// limiter.check_n("k", 7)?;
+    /// assert!(limiter.peek_n("k", 3)?.is_allowed());
+    /// assert!(!limiter.peek_n("k", 4)?.is_allowed());
+    /// assert!(limiter.peek_n("k", 11).is_err());
+    /// assert_eq!(limiter.peek("k").remaining(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peek_n<Q>(&self, key: &Q, n: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.judge_only(key, n, &epoch::pin())
+    }
+
     /// Gives back up to `n` units of room to `key` now, returning how many were freed; the
     /// same meaning as [`SlidingWindow::refund`](crate::SlidingWindow::refund). A key the
     /// limiter does not hold (never seen, or evicted) has nothing to give back: 0.

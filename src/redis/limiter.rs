@@ -154,6 +154,32 @@ impl RedisLimiter {
         self.decide(key, keys, 1, Op::Peek).await
     }
 
+    /// Judges cost `n` for `key` without charging anything: one round trip, as a check, with
+    /// the local limiter's `peek_n` meaning; without Redis, the policy's answer for a peek.
+    /// A cost of zero or above the limit is an error, as for [`check_n`](Self::check_n).
+    pub async fn peek_n(&self, key: &str, n: u64) -> Result<RedisDecision, Error> {
+        self.validate(n)?;
+        let keys = self.keys(key)?;
+        if n == 1 {
+            // Batched with the checks, whose calls say a peek by a cost of 0.
+            return self.decide(key, keys, 1, Op::Peek).await;
+        }
+        let call = Call {
+            shape: &self.inner.shape,
+            keys,
+            n,
+            back: 0,
+            ticket: Ticket::default(),
+            need: 0,
+        };
+        let decided = self.run(Op::Peek, &[call]).await.map(|(time, out)| {
+            let mut d = RedisDecision::new(out[0].decision, Path::Redis);
+            d.set_server_time(time);
+            d
+        });
+        self.or_policy(key, n, true, decided)
+    }
+
     /// Gives back room for up to `n` units admitted earlier for `key` (a request that failed
     /// upstream): the window counts up to `n` fewer units from now on, the oldest it counts
     /// (GCRA: its arrival time moves back by `n` intervals, not before now), as a local
@@ -363,7 +389,10 @@ impl RedisLimiter {
             (Policy::Local(_), Some(local)) => {
                 let key = key.to_owned();
                 let d = if peek {
-                    local.peek(&key)
+                    // Validated against the shared limit, as below.
+                    local
+                        .peek_n(&key, n)
+                        .unwrap_or_else(|_| Decision::denied(limit, 0, crate::decision::NEVER, 0))
                 } else {
                     // The cost was validated against the shared limit; the fallback's may be
                     // lower, and a cost above it is a denial there, not an error.
