@@ -77,15 +77,16 @@ impl Engine {
         &self,
         request: &Request<'_, D>,
         cost: u64,
+        judge: Judge,
         render: impl FnOnce(&RuleSet, Result<&Outcome, Invalid>) -> R,
     ) -> R {
         thread_local! {
             static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::new()) };
         }
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut scratch) => self.decide_in(&mut scratch, request, cost, render),
+            Ok(mut scratch) => self.decide_in(&mut scratch, request, cost, judge, render),
             // A decision made inside `render`.
-            Err(_) => self.decide_in(&mut Scratch::new(), request, cost, render),
+            Err(_) => self.decide_in(&mut Scratch::new(), request, cost, judge, render),
         })
     }
 
@@ -94,6 +95,7 @@ impl Engine {
         scratch: &mut Scratch,
         request: &Request<'_, D>,
         cost: u64,
+        judge: Judge,
         render: impl FnOnce(&RuleSet, Result<&Outcome, Invalid>) -> R,
     ) -> R {
         // The thread's copy of the rules while the generation is the one it was taken at: a
@@ -106,12 +108,12 @@ impl Engine {
         let outcome = set
             .resolve(request, cost, &self.backend, scratch)
             .map(|mut items| {
-                if let Some(outcome) = decide_one(&set, &mut items, &scratch.keys, cost) {
+                if let Some(outcome) = decide_one(&set, &mut items, &scratch.keys, cost, judge) {
                     return outcome;
                 }
                 // Polled once where it stands: `now_or_never` took the future by value, a copy
                 // of all of it (sized for the Redis calls it may await) on every decision.
-                let decision = pin!(decide(&set, items, &scratch.keys, cost));
+                let decision = pin!(decide(&set, items, &scratch.keys, cost, judge));
                 let Poll::Ready(outcome) = decision.poll(&mut Context::from_waker(Waker::noop()))
                 else {
                     unreachable!("in-memory limiters never wait")
@@ -135,6 +137,7 @@ impl Engine {
         &self,
         request: &Request<'_, D>,
         cost: u64,
+        judge: Judge,
     ) -> (Arc<RuleSet>, Result<Result<Outcome, StoreError>, Invalid>) {
         let set = self.rules.load_full();
         let mut scratch = Scratch::new();
@@ -142,7 +145,7 @@ impl Engine {
             Ok(items) => items,
             Err(e) => return (set, Err(e)),
         };
-        let outcome = decide(&set, items, &scratch.keys, cost).await;
+        let outcome = decide(&set, items, &scratch.keys, cost, judge).await;
         (set, Ok(outcome))
     }
 
@@ -168,7 +171,7 @@ impl Engine {
         }
         let mut outcomes = Vec::with_capacity(resolved.len());
         for (items, scratch, cost) in resolved {
-            match decide(&set, items, &scratch.keys, cost).await {
+            match decide(&set, items, &scratch.keys, cost, Judge::Charge).await {
                 Ok(o) => outcomes.push(o),
                 Err(e) => return (set, Ok(Err(e))),
             }
@@ -197,7 +200,9 @@ mod rule_set;
 
 #[cfg(test)]
 pub(crate) use request::Pairs;
-pub(crate) use request::{Descriptor, Invalid, Outcome, Request, Scratch, Status, StoreError};
+pub(crate) use request::{
+    Descriptor, Invalid, Judge, Outcome, Request, Scratch, Status, StoreError,
+};
 use rule_set::Limiter;
 pub(crate) use rule_set::{Backend, Rule, RuleSet, ServeClock, Unavailable};
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::engine::{self, Descriptor, Engine, Invalid, Outcome, RuleSet};
+use super::engine::{self, Descriptor, Engine, Invalid, Judge, Outcome, RuleSet};
 use super::metrics::{Answer, ApiMetrics};
 use super::proto::envoy::config::core::v3::HeaderValue;
 use super::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -146,31 +146,37 @@ impl RateLimitService for Service {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = self.metrics.start();
         let r = req.get_ref();
-        let (result, answer) = match request(r) {
-            Err(e) => (Err(invalid(e)), Answer::Invalid),
-            Ok((request, cost)) => {
-                if self.engine.is_redis() {
-                    let (set, outcome) = self.engine.decide_remote(&request, cost).await;
-                    match outcome {
-                        Ok(Ok(o)) => (Ok(response(&set, &o)), answer(&o)),
-                        Ok(Err(e)) => (
-                            Err(Status::unavailable(format!(
-                                "the limit store failed: {}",
-                                e.0
-                            ))),
-                            Answer::Error,
-                        ),
-                        Err(e) => (Err(invalid(e)), Answer::Invalid),
-                    }
-                } else {
-                    self.engine
-                        .decide_local(&request, cost, |set, outcome| match outcome {
-                            Ok(o) => (Ok(response(set, o)), answer(o)),
+        let (result, answer) =
+            match request(r) {
+                Err(e) => (Err(invalid(e)), Answer::Invalid),
+                Ok((request, cost)) => {
+                    if self.engine.is_redis() {
+                        let (set, outcome) = self
+                            .engine
+                            .decide_remote(&request, cost, Judge::Charge)
+                            .await;
+                        match outcome {
+                            Ok(Ok(o)) => (Ok(response(&set, &o)), answer(&o)),
+                            Ok(Err(e)) => (
+                                Err(Status::unavailable(format!(
+                                    "the limit store failed: {}",
+                                    e.0
+                                ))),
+                                Answer::Error,
+                            ),
                             Err(e) => (Err(invalid(e)), Answer::Invalid),
-                        })
+                        }
+                    } else {
+                        self.engine
+                            .decide_local(&request, cost, Judge::Charge, |set, outcome| {
+                                match outcome {
+                                    Ok(o) => (Ok(response(set, o)), answer(o)),
+                                    Err(e) => (Err(invalid(e)), Answer::Invalid),
+                                }
+                            })
+                    }
                 }
-            }
-        };
+            };
         self.metrics.record(answer, started);
         result.map(Response::new)
     }

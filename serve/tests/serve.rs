@@ -224,6 +224,54 @@ async fn http_answers_allowed_denied_shadowed_unknown_and_malformed() {
     let check = server.url("/v1/check");
     let alice = descriptors(&[&[("user", "alice")]]);
 
+    // `/v1/peek` answers as `/v1/check` would, of the request's cost, and charges nothing.
+    let peek = server.url("/v1/peek");
+    let of = |list: &[&[(&str, &str)]], cost: u64| {
+        let mut v: Value = serde_json::from_str(&descriptors(list)).unwrap();
+        v["cost"] = json!(cost);
+        v.to_string()
+    };
+    let bob: &[&[(&str, &str)]] = &[&[("user", "bob")]];
+    let (status, _, body) = post(&c, &peek, &of(bob, 3)).await;
+    assert_eq!((status, &body["allowed"]), (200, &json!(true)), "{body}");
+    assert_eq!(body["statuses"][0]["remaining"], 3);
+    assert_eq!(
+        post(&c, &check, &of(bob, 2)).await.2["statuses"][0]["remaining"],
+        1
+    );
+    let (status, h, body) = post(&c, &peek, &of(bob, 2)).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["statuses"][0]["code"], "OVER_LIMIT");
+    assert_eq!(body["statuses"][0]["remaining"], 1);
+    let retry_ms = body["retry_after_ms"].as_u64().unwrap();
+    assert!((3_600_000..=3_660_000).contains(&retry_ms), "{retry_ms}");
+    assert!(header(&h, "retry-after").is_some());
+    for _ in 0..2 {
+        let (status, _, body) = post(&c, &peek, &of(bob, 1)).await;
+        assert_eq!(
+            (status, &body["statuses"][0]["remaining"]),
+            (200, &json!(1))
+        );
+    }
+    let (status, _, body) = post(&c, &check, &of(bob, 1)).await;
+    assert_eq!(
+        (status, &body["statuses"][0]["remaining"]),
+        (200, &json!(0))
+    );
+    // Two limits, all or nothing, neither charged: then the check of the same passes.
+    let carol: &[&[(&str, &str)]] = &[&[("user", "carol")], &[("tenant", "peek")]];
+    let (status, _, body) = post(&c, &peek, &of(carol, 3)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["statuses"][1]["remaining"], 100);
+    let (status, _, body) = post(&c, &check, &of(carol, 3)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["statuses"][1]["remaining"], 97);
+    let (status, _, body) = post(&c, &peek, &of(carol, 1)).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["statuses"][0]["code"], "OVER_LIMIT");
+    assert_eq!(body["statuses"][1]["code"], "OK");
+    assert_eq!(body["statuses"][1]["remaining"], 97);
+
     for left in [2, 1, 0] {
         let (status, h, body) = post(&c, &check, &alice).await;
         assert_eq!(status, 200, "{body}");
@@ -430,7 +478,8 @@ async fn http_answers_allowed_denied_shadowed_unknown_and_malformed() {
         .await
         .unwrap();
     for line in [
-        "slidegate_serve_requests_total{api=\"http\",outcome=\"over_limit\"} 3",
+        // Three checks and two peeks over the limit.
+        "slidegate_serve_requests_total{api=\"http\",outcome=\"over_limit\"} 5",
         "slidegate_serve_rule_checks_total{rule=\"trial\",outcome=\"shadow_over_limit\"} 1",
         "slidegate_serve_rules_generation 1",
         "slidegate_serve_keys{rule=\"per-user\"}",

@@ -7,17 +7,20 @@ use std::time::Duration;
 use slidegate::redis::RedisLimiter;
 use slidegate::{Decision, Limit};
 
-use super::request::{Outcome, Status, StoreError};
+use super::request::{Judge, Outcome, Status, StoreError};
 use super::rule_set::{Limiter, Rule, RuleRef, RuleSet};
 use crate::metrics;
 
-/// One decision, on whichever backend the rules' limiters use.
+/// One decision, on whichever backend the rules' limiters use; a peek (`judge`) answers as the
+/// check would and charges nothing.
 pub(super) async fn decide(
     set: &RuleSet,
     mut statuses: Vec<Status>,
     keys: &[String],
     cost: u64,
+    judge: Judge,
 ) -> Result<Outcome, StoreError> {
+    let peek = judge == Judge::Peek;
     // The enforcing statuses: the first apart, so the common request (one rule) allocates
     // no list of them.
     let (mut first, mut more) = (None, Vec::new());
@@ -48,7 +51,12 @@ pub(super) async fn decide(
         allowed = false;
     } else if let (Some(i), true) = (first, more.is_empty()) {
         let s = &mut statuses[i];
-        let d = check(&rule_of(set, &s.rule).limiter, &keys[s.key], cost).await?;
+        let limiter = &rule_of(set, &s.rule).limiter;
+        let d = if peek {
+            peek_n(limiter, &keys[s.key], cost).await?
+        } else {
+            check(limiter, &keys[s.key], cost).await?
+        };
         allowed = d.is_allowed();
         retry = d.retry_after();
         s.apply(&d);
@@ -64,10 +72,24 @@ pub(super) async fn decide(
                 )
             })
             .collect();
-        let (ok, denied_by, wait) = check_all(&list).await?;
+        let (ok, denied_by, wait, peeks) = if peek {
+            // Each limit judged for what the request would charge it (a rule and key listed
+            // twice: the sum), all or nothing as a check.
+            let charges: Vec<(&Limiter, &String, u64)> = enforcing
+                .iter()
+                .zip(&list)
+                .map(|(&i, &(l, k, _))| (l, k, charged(&statuses, keys, i, cost)))
+                .collect();
+            let peeks = peek_all(&charges).await?;
+            let denied_by = peeks.iter().position(|d| !d.is_allowed());
+            let wait = peeks.iter().filter_map(Decision::retry_after).max();
+            (denied_by.is_none(), denied_by, wait, peeks)
+        } else {
+            let (ok, denied_by, wait) = check_all(&list).await?;
+            (ok, denied_by, wait, peek_all(&list).await?)
+        };
         allowed = ok;
         retry = wait;
-        let peeks = peek_all(&list).await?;
         for (n, (&i, d)) in enforcing.iter().zip(peeks).enumerate() {
             let s = &mut statuses[i];
             s.remaining = d.remaining();
@@ -87,7 +109,7 @@ pub(super) async fn decide(
         let r = rule.get(set);
         if s.never {
             // Never admitted: over (or, in shadow, would be), with no time to wait.
-            let d = peek(&r.limiter, &keys[s.key]).await?;
+            let d = peek_n(&r.limiter, &keys[s.key], 1).await?;
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
             s.retry_after = None;
@@ -97,24 +119,23 @@ pub(super) async fn decide(
                 s.over = true;
             }
         } else if r.spec.shadow {
-            let d = if allowed {
+            let d = if allowed && !peek {
                 check(&r.limiter, &keys[s.key], cost).await?
             } else {
-                peek(&r.limiter, &keys[s.key]).await?
+                peek_n(&r.limiter, &keys[s.key], cost).await?
             };
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
-            s.shadow_over = if allowed {
-                !d.is_allowed()
-            } else {
-                d.remaining() < cost
-            };
+            s.shadow_over = !d.is_allowed();
         } else if never {
-            let d = peek(&r.limiter, &keys[s.key]).await?;
+            let d = peek_n(&r.limiter, &keys[s.key], 1).await?;
             s.remaining = d.remaining();
             s.reset_after = d.reset_after();
         }
-        r.metrics.record(s.over, s.shadow_over);
+        // A rule's checks count what was charged against it: not peeks.
+        if !peek {
+            r.metrics.record(s.over, s.shadow_over);
+        }
     }
     if never {
         retry = None;
@@ -135,6 +156,7 @@ pub(super) fn decide_one(
     statuses: &mut Vec<Status>,
     keys: &[String],
     cost: u64,
+    judge: Judge,
 ) -> Option<Outcome> {
     let [s] = &mut statuses[..] else {
         return None;
@@ -149,9 +171,15 @@ pub(super) fn decide_one(
     if r.spec.shadow || cost > r.spec.quota.limit() {
         return None;
     }
-    let d = limiter.check_n(&keys[s.key], cost).ok()?;
+    let d = match judge {
+        Judge::Charge => limiter.check_n(&keys[s.key], cost),
+        Judge::Peek => limiter.peek_n(&keys[s.key], cost),
+    }
+    .ok()?;
     s.apply(&d);
-    r.metrics.record(s.over, false);
+    if judge == Judge::Charge {
+        r.metrics.record(s.over, false);
+    }
     Some(Outcome {
         allowed: d.is_allowed(),
         statuses: std::mem::take(statuses),
@@ -237,12 +265,20 @@ pub(super) async fn check(
     }
 }
 
+/// What a check of `cost` would decide, charging nothing; `cost` is within the limit.
 #[allow(clippy::ptr_arg)]
-pub(super) async fn peek(limiter: &Limiter, key: &String) -> Result<Decision, StoreError> {
+pub(super) async fn peek_n(
+    limiter: &Limiter,
+    key: &String,
+    cost: u64,
+) -> Result<Decision, StoreError> {
     match limiter {
-        Limiter::Memory(l) => Ok(l.peek(key)),
+        Limiter::Memory(l) => l.peek_n(key, cost).map_err(|e| StoreError(e.to_string())),
         Limiter::Redis(l) => {
-            let d = l.peek(key).await.map_err(|e| StoreError(e.to_string()))?;
+            let d = l
+                .peek_n(key, cost)
+                .await
+                .map_err(|e| StoreError(e.to_string()))?;
             metrics::redis_path(d.degraded());
             Ok(d.decision())
         }
@@ -252,7 +288,7 @@ pub(super) async fn peek(limiter: &Limiter, key: &String) -> Result<Decision, St
 pub(super) async fn peek_all(
     list: &[(&Limiter, &String, u64)],
 ) -> Result<Vec<Decision>, StoreError> {
-    futures_util::future::join_all(list.iter().map(|(l, k, _)| peek(l, k)))
+    futures_util::future::join_all(list.iter().map(|&(l, k, n)| peek_n(l, k, n)))
         .await
         .into_iter()
         .collect()

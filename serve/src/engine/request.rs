@@ -51,6 +51,14 @@ impl Descriptor for Pairs<'_> {
     }
 }
 
+/// What a decision does with the request's cost: charges it when admitted (a check), or only
+/// judges whether it would be (a peek: `/v1/peek`), charging nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Judge {
+    Charge,
+    Peek,
+}
+
 /// A request that cannot be checked, with the field at fault (in the API's own naming).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Invalid {

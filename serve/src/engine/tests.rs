@@ -74,7 +74,7 @@ fn descriptors<'a>(list: &[&[(&'a str, &'a str)]]) -> Request<'a, Pairs<'a>> {
 type Summary = (bool, Vec<(String, bool, bool, u64)>);
 
 fn check(e: &Engine, r: &Request<'_, Pairs<'_>>, cost: u64) -> Result<Summary, Invalid> {
-    e.decide_local(r, cost, |set, o| {
+    e.decide_local(r, cost, Judge::Charge, |set, o| {
         o.map(|o| {
             let s = o
                 .statuses
@@ -110,7 +110,7 @@ fn one_descriptor_admits_its_limit_then_denies_until_the_window_moves() {
         check(&e, &r, 1).unwrap(),
         (false, vec![st("user", true, false, 0)])
     );
-    let wait = e.decide_local(&r, 1, |_, o| o.unwrap().retry_after.unwrap());
+    let wait = e.decide_local(&r, 1, Judge::Charge, |_, o| o.unwrap().retry_after.unwrap());
     assert!(
         wait > Duration::from_secs(9) && wait <= Duration::from_secs(11),
         "{wait:?}"
@@ -198,7 +198,7 @@ fn unknown_domains_unmatched_descriptors_and_huge_costs() {
     );
     // Above the limit: never admitted, no retry time, nothing charged elsewhere.
     let r = descriptors(&[&[("user", "big")], &[("tenant", "t")]]);
-    e.decide_local(&r, 4, |_, o| {
+    e.decide_local(&r, 4, Judge::Charge, |_, o| {
         let o = o.unwrap();
         assert!(!o.allowed && o.retry_after.is_none());
         assert!(o.statuses[0].over && o.statuses[0].retry_after.is_none());
@@ -221,7 +221,7 @@ fn a_rule_and_key_listed_twice_is_charged_the_sum() {
             vec![st("user", false, false, 1), st("user", false, false, 1)]
         )
     );
-    e.decide_local(&twice, 2, |_, o| {
+    e.decide_local(&twice, 2, Judge::Charge, |_, o| {
         let o = o.unwrap();
         assert!(!o.allowed && o.retry_after.is_none());
         assert!(o.statuses.iter().all(|s| s.over && s.retry_after.is_none()));
@@ -430,7 +430,7 @@ fn the_one_status_path_answers_as_the_general_decision() {
     let (one, one_clock) = engine(&text);
     let (general, general_clock) = engine(&text);
     let decide_general = |set: &RuleSet, items: Vec<Status>, keys: &[String], cost| {
-        let decision = pin!(decide(set, items, keys, cost));
+        let decision = pin!(decide(set, items, keys, cost, Judge::Charge));
         let Poll::Ready(o) = decision.poll(&mut Context::from_waker(Waker::noop())) else {
             unreachable!("in-memory limiters never wait")
         };
@@ -459,7 +459,7 @@ fn the_one_status_path_answers_as_the_general_decision() {
             .resolve(&request, cost, &general.backend, &mut scratch_b)
             .unwrap();
         let expected = decide_general(&set_b, items_b, &scratch_b.keys, cost);
-        match decide_one(&set_a, &mut items, &scratch_a.keys, cost) {
+        match decide_one(&set_a, &mut items, &scratch_a.keys, cost, Judge::Charge) {
             Some(o) => {
                 fast += 1;
                 denied += usize::from(!o.allowed);

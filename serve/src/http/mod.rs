@@ -1,5 +1,6 @@
-//! The HTTP/JSON API (axum): `POST /v1/check`, `POST /v1/check/batch`, `GET /v1/rules`,
-//! `GET /metrics`, `GET /healthz`, `GET /readyz`. docs/serve.md describes every field.
+//! The HTTP/JSON API (axum): `POST /v1/check`, `POST /v1/peek` (the same, charging nothing),
+//! `POST /v1/check/batch`, `GET /v1/rules`, `GET /metrics`, `GET /healthz`, `GET /readyz`.
+//! docs/serve.md describes every field.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +16,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use slidegate::clock::Nanos;
 
-use super::engine::{Engine, Invalid, Outcome, RuleSet, StoreError};
+use super::engine::{Engine, Invalid, Judge, Outcome, RuleSet, StoreError};
 use super::metrics::{Answer, ApiMetrics, KEYS};
 use super::reload::Reloader;
 use super::wire::ceil_ms;
@@ -37,6 +38,7 @@ pub(crate) struct Api {
 pub(crate) fn router(api: Arc<Api>, max_body: usize, noop: bool) -> Router {
     let mut router = Router::new()
         .route("/v1/check", post(check))
+        .route("/v1/peek", post(peek))
         .route("/v1/check/batch", post(batch))
         .route("/v1/rules", get(rules_in_force))
         .route("/metrics", get(metrics))
@@ -62,6 +64,16 @@ pub(crate) fn router(api: Arc<Api>, max_body: usize, noop: bool) -> Router {
 }
 
 async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
+    decide(&api, req, Judge::Charge).await
+}
+
+/// `POST /v1/peek`: the answer `/v1/check` would give now, status and fields included, with
+/// nothing charged.
+async fn peek(State(api): State<Arc<Api>>, req: Request) -> Response {
+    decide(&api, req, Judge::Peek).await
+}
+
+async fn decide(api: &Api, req: Request, judge: Judge) -> Response {
     let bytes = match body(req).await {
         Ok(b) => b,
         Err(res) => return res,
@@ -85,16 +97,17 @@ async fn check(State(api): State<Arc<Api>>, req: Request) -> Response {
     if api.engine.is_redis() {
         // Boxed: inline, the Redis call's state would size (and so make costlier to move)
         // the future of every request, in memory too.
-        let (set, outcome) = Box::pin(api.engine.decide_remote(&request, cost)).await;
+        let (set, outcome) = Box::pin(api.engine.decide_remote(&request, cost, judge)).await;
         match outcome {
             Ok(Ok(o)) => respond(metrics, started, &set, Ok(&o)),
             Ok(Err(e)) => respond(metrics, started, &set, Err(Failure::Store(e))),
             Err(e) => respond(metrics, started, &set, Err(Failure::Invalid(e))),
         }
     } else {
-        api.engine.decide_local(&request, cost, |set, outcome| {
-            respond(metrics, started, set, outcome.map_err(Failure::Invalid))
-        })
+        api.engine
+            .decide_local(&request, cost, judge, |set, outcome| {
+                respond(metrics, started, set, outcome.map_err(Failure::Invalid))
+            })
     }
 }
 
@@ -290,7 +303,7 @@ mod json;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Backend, Pairs, ServeClock};
+    use crate::engine::{Backend, Judge, Pairs, ServeClock};
     use crate::rules::toml;
     use crate::{engine, headers};
     use futures_util::FutureExt;
@@ -451,7 +464,7 @@ rule = "trial"
         let mut one_allocation = 0;
         for round in 0..3 {
             for (request, cost) in &requests {
-                engine.decide_local(request, *cost, |set, o| {
+                engine.decide_local(request, *cost, Judge::Charge, |set, o| {
                     let o = o.unwrap();
                     let mut out = Vec::with_capacity(reply_capacity(set, o));
                     let room = out.capacity();
