@@ -313,6 +313,7 @@ fn rate_limit(
         ));
     }
     spec.rules.push(RuleSpec {
+        named: display.is_some(),
         display: display.unwrap_or_else(|| name.clone()),
         name,
         quota,
@@ -459,6 +460,8 @@ domain: other
         assert_eq!(spec.rules[user].quota.limit(), 100);
         assert_eq!(spec.rules[user].quota.window(), Duration::from_secs(60));
         assert_eq!(spec.rules[alice].display, "vip");
+        // Only a `name` the file gives is reported as `current_limit.name`.
+        assert!(spec.rules[alice].named && !spec.rules[user].named);
         assert_eq!(spec.rules[alice].replaces, vec!["api.tenant".to_string()]);
         assert!(spec.rules[login].shadow && !spec.rules[user].shadow);
         assert_eq!(spec.rules[login].quota.window(), Duration::from_secs(3600));
