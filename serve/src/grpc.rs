@@ -73,10 +73,15 @@ fn invalid(e: Invalid) -> Status {
     Status::invalid_argument(format!("{}: {}", e.field, e.message))
 }
 
-fn proto_duration(d: Duration) -> prost_types::Duration {
+/// `duration_until_reset` in the reference service's form: whole seconds, rounded up (its
+/// fixed window answers the unit's seconds less the whole seconds already past, so it rounds
+/// up too), and never more than the window: a sliding window empties later than that only
+/// by its last bucket, which a client told the unit is not misled by.
+fn until_reset(reset_after: Duration, window: Duration) -> prost_types::Duration {
+    let ceil = |d: Duration| d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
     prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: d.subsec_nanos() as i32,
+        seconds: i64::try_from(ceil(reset_after).min(ceil(window))).unwrap_or(i64::MAX),
+        nanos: 0,
     }
 }
 
@@ -100,8 +105,11 @@ fn response(set: &RuleSet, o: &Outcome) -> RateLimitResponse {
         .statuses
         .iter()
         .map(|s| match &s.rule {
+            // The reference service's unlimited answer: OK, nothing of a limit, and the most
+            // that remains (u32::MAX), where no matching rule leaves it 0.
             None => DescriptorStatus {
                 code: Code::Ok.into(),
+                limit_remaining: if s.unlimited { u32::MAX } else { 0 },
                 ..Default::default()
             },
             Some(w) => {
@@ -110,12 +118,23 @@ fn response(set: &RuleSet, o: &Outcome) -> RateLimitResponse {
                 DescriptorStatus {
                     code: if s.over { Code::OverLimit } else { Code::Ok }.into(),
                     current_limit: Some(RateLimit {
-                        name: r.spec.display.clone(),
+                        name: if r.spec.named {
+                            r.spec.display.clone()
+                        } else {
+                            String::new()
+                        },
                         requests_per_unit: clamp(q.limit()),
                         unit: unit(q.window()).into(),
                     }),
-                    limit_remaining: clamp(s.remaining),
-                    duration_until_reset: Some(proto_duration(s.reset_after)),
+                    // Over (or, in shadow, would be): 0, as the reference service answers
+                    // whatever was left, and Envoy copies into `X-RateLimit-Remaining`; a
+                    // cost above what is left is not admitted even when some is.
+                    limit_remaining: if s.over || s.shadow_over {
+                        0
+                    } else {
+                        clamp(s.remaining)
+                    },
+                    duration_until_reset: Some(until_reset(s.reset_after, q.window())),
                 }
             }
         })

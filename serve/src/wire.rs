@@ -130,6 +130,7 @@ mod tests {
             let spec = RuleSpec {
                 name: name.to_owned(),
                 display: name.to_owned(),
+                named: true,
                 quota,
                 shadow: false,
                 replaces: Vec::new(),

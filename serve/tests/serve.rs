@@ -325,12 +325,14 @@ async fn http_answers_allowed_denied_shadowed_unknown_and_malformed() {
     assert_eq!(body["statuses"][0]["shadow"], true);
     assert_eq!(body["statuses"][0]["would_deny"], true);
 
-    // No rule: an unknown domain, an unmatched key, an unlimited value: OK with no limit.
+    // No rule: an unknown domain, an unmatched key, an unlimited value, no entries (as the
+    // gRPC API answers it, the reference service's answer): OK with no limit.
     let unknown = json!({"domain": "elsewhere", "descriptors": [{"entries": [{"key": "user", "value": "alice"}]}]});
     for body in [
         unknown.to_string(),
         descriptors(&[&[("colour", "red")]]),
         descriptors(&[&[("user", "health")]]),
+        descriptors(&[&[]]),
     ] {
         let (status, h, body) = post(&c, &check, &body).await;
         assert_eq!(status, 200, "{body}");
@@ -381,11 +383,6 @@ async fn http_answers_allowed_denied_shadowed_unknown_and_malformed() {
         (
             r#"{"domain": "api", "descriptors": []}"#,
             "descriptors",
-            "empty",
-        ),
-        (
-            r#"{"domain": "api", "descriptors": [{"entries": []}]}"#,
-            "descriptors[0].entries",
             "empty",
         ),
         (
@@ -534,8 +531,14 @@ async fn grpc_answers_as_envoys_rate_limit_service() {
         (limit.requests_per_unit, limit.unit, limit.name.as_str()),
         (3, Unit::Hour as i32, "per-user")
     );
+    // The reference service's fixed window answers the unit's seconds less those past
+    // (src/utils/utilities.go, `CalculateReset`: `sec - now%sec`, at envoyproxy/ratelimit
+    // f2fb15770f7fd1c88ca6c3a1b58ee513917ace96): whole seconds, 1 to the unit. The sliding
+    // window's reset in that form: rounded up to whole seconds, at most the unit (its last
+    // bucket would take it to 3,660 s), and no less than the window less its bucket.
     let reset = s.duration_until_reset.unwrap();
-    assert!((3600..=3660).contains(&reset.seconds), "{reset:?}");
+    assert_eq!(reset.nanos, 0, "{reset:?}");
+    assert!((3540..=3600).contains(&reset.seconds), "{reset:?}");
     let headers: Vec<(String, String)> = r
         .response_headers_to_add
         .iter()
@@ -569,32 +572,88 @@ async fn grpc_answers_as_envoys_rate_limit_service() {
         "a denied request charges no descriptor"
     );
     assert_eq!(r.statuses[1].code, Code::OverLimit as i32);
+    assert_eq!(r.statuses[1].limit_remaining, 0);
     assert!(
         r.response_headers_to_add
             .iter()
             .any(|h| h.key == "retry-after")
     );
+    let reset = r.statuses[1].duration_until_reset.unwrap();
+    assert!(reset.nanos == 0 && reset.seconds <= 3600, "{reset:?}");
 
-    // Shadow mode: over, and OK.
+    // A hits_addend above what is left: OVER_LIMIT with limit_remaining 0, the reference
+    // service's answer for any OVER_LIMIT (src/limiter/base_limiter.go,
+    // `GetResponseDescriptorStatus`, at f2fb15770f7fd1c88ca6c3a1b58ee513917ace96), which
+    // Envoy copies into `X-RateLimit-Remaining`; slidegate answered the 1 still left.
+    let r = should(&mut g, envoy_request("api", &[&[("user", "dave")]], 2)).await;
+    assert_eq!(r.statuses[0].limit_remaining, 1);
+    let r = should(&mut g, envoy_request("api", &[&[("user", "dave")]], 2)).await;
+    assert_eq!(
+        (
+            r.overall_code,
+            r.statuses[0].code,
+            r.statuses[0].limit_remaining
+        ),
+        (Code::OverLimit as i32, Code::OverLimit as i32, 0)
+    );
+    // The HTTP/JSON API keeps its documented `remaining` (what is left without the request:
+    // a cost of 1 would still pass), and nothing was charged.
+    let c = reqwest::Client::new();
+    let body = json!({"domain": "api", "cost": 2,
+                      "descriptors": [{"entries": [{"key": "user", "value": "dave"}]}]});
+    let (status, _, v) = post(&c, &server.url("/v1/check"), &body.to_string()).await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["statuses"][0]["remaining"], 1, "{v}");
+
+    // Shadow mode: over, and OK; with limit_remaining 0, as the reference service's shadow
+    // mode turns only the code of its OVER_LIMIT status to OK (base_limiter.go, as above).
     should(&mut g, envoy_request("api", &[&[("plan", "trial")]], 1)).await;
     let r = should(&mut g, envoy_request("api", &[&[("plan", "trial")]], 1)).await;
     assert_eq!(
-        (r.overall_code, r.statuses[0].code),
-        (Code::Ok as i32, Code::Ok as i32)
+        (
+            r.overall_code,
+            r.statuses[0].code,
+            r.statuses[0].limit_remaining
+        ),
+        (Code::Ok as i32, Code::Ok as i32, 0)
     );
 
-    // Unknown domain and unmatched descriptors: OK, no limit (the reference service's answer).
+    // An unlimited descriptor: OK, no current_limit, no duration_until_reset, and
+    // limit_remaining the most a u32 holds (src/service/ratelimit.go, `shouldRateLimitWorker`:
+    // `LimitRemaining: math.MaxUint32`, at envoyproxy/ratelimit
+    // f2fb15770f7fd1c88ca6c3a1b58ee513917ace96); slidegate answered 0.
+    let r = should(&mut g, envoy_request("api", &[&[("user", "health")]], 1)).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    let s = &r.statuses[0];
+    assert_eq!((s.code, s.limit_remaining), (Code::Ok as i32, u32::MAX));
+    assert!(s.current_limit.is_none() && s.duration_until_reset.is_none());
+
+    // Unknown domain, unmatched descriptors and a descriptor with no entries: OK, no limit,
+    // nothing remaining (the reference service's answer; for no entries its `GetLimit`,
+    // src/config/config_impl.go at f2fb15770f7fd1c88ca6c3a1b58ee513917ace96, walks no entry
+    // and finds no limit, where slidegate answered INVALID_ARGUMENT).
     for req in [
         envoy_request("elsewhere", &[&[("user", "bob")]], 1),
         envoy_request("api", &[&[("colour", "red")]], 1),
+        envoy_request("api", &[&[]], 1),
     ] {
         let r = should(&mut g, req).await;
         assert_eq!(r.overall_code, Code::Ok as i32);
         assert_eq!(r.statuses.len(), 1);
         assert_eq!(r.statuses[0].code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 0);
         assert!(r.statuses[0].current_limit.is_none());
         assert!(r.response_headers_to_add.is_empty());
     }
+    // Beside a limited one, it leaves the other's answer as it is.
+    let r = should(
+        &mut g,
+        envoy_request("api", &[&[], &[("tenant", "t-empty")]], 1),
+    )
+    .await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert!(r.statuses[0].current_limit.is_none());
+    assert_eq!(r.statuses[1].limit_remaining, 99);
 
     // A descriptor with its own limit.
     let mut req = envoy_request("api", &[&[("anything", "x")]], 1);
@@ -603,10 +662,27 @@ async fn grpc_answers_as_envoys_rate_limit_service() {
         unit: 2,
     });
     let r = should(&mut g, req.clone()).await;
-    assert_eq!(
-        r.statuses[0].current_limit.as_ref().unwrap().unit,
-        Unit::Minute as i32
+    let limit = r.statuses[0].current_limit.as_ref().unwrap();
+    // The reference service names no override's limit (config_impl.go, `GetLimit`, as above).
+    assert_eq!((limit.unit, limit.name.as_str()), (Unit::Minute as i32, ""));
+    let reset = r.statuses[0].duration_until_reset.unwrap();
+    assert!(
+        reset.nanos == 0 && (54..=60).contains(&reset.seconds),
+        "{reset:?}"
     );
+    assert_eq!(
+        should(&mut g, req).await.overall_code,
+        Code::OverLimit as i32
+    );
+    // No entries but its own limit: counted against it, as the reference service counts it
+    // (`GetLimit` returns the override before it walks any entry).
+    let mut req = envoy_request("api", &[&[]], 1);
+    req.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 2,
+    });
+    let r = should(&mut g, req.clone()).await;
+    assert!(r.statuses[0].current_limit.is_some());
     assert_eq!(
         should(&mut g, req).await.overall_code,
         Code::OverLimit as i32
@@ -616,7 +692,6 @@ async fn grpc_answers_as_envoys_rate_limit_service() {
     for (req, says) in [
         (envoy_request("", &[&[("user", "bob")]], 1), "domain"),
         (envoy_request("api", &[], 1), "descriptors"),
-        (envoy_request("api", &[&[]], 1), "descriptors[0].entries"),
         (
             envoy_request("api", &[&[("", "v")]], 1),
             "descriptors[0].entries[0].key",
@@ -720,6 +795,16 @@ async fn envoy_yaml_decides_as_the_equivalent_toml() {
         over >= 4,
         "the sequence reaches the limits ({over} denials)"
     );
+
+    // `current_limit.name`: the reference service fills it from the YAML's `rate_limit.name`
+    // alone (src/config/config_impl.go, `NewRateLimit(..., name, ...)` in `loadDescriptors`,
+    // at envoyproxy/ratelimit f2fb15770f7fd1c88ca6c3a1b58ee513917ace96), so a YAML rule
+    // without one reports "" (slidegate reported its path, `api.user`); a TOML rule's name is
+    // the file's own, and reported.
+    let req = envoy_request("api", &[&[("user", "u-named")]], 1);
+    let name = |r: &RateLimitResponse| r.statuses[0].current_limit.as_ref().unwrap().name.clone();
+    assert_eq!(name(&should(&mut ga, req.clone()).await), "");
+    assert_eq!(name(&should(&mut gb, req).await), "per-user");
 }
 
 const LOAD_RULES: &str = r#"

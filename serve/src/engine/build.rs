@@ -64,6 +64,8 @@ impl RuleSet {
         let name = format!("override-{limit}-per-{unit}");
         let spec = RuleSpec {
             display: name.clone(),
+            // The reference service names no override's limit.
+            named: false,
             name,
             quota,
             shadow: false,

@@ -224,6 +224,7 @@ impl Status {
     pub(super) fn new(rule: Option<RuleRef>, key: usize) -> Status {
         Status {
             rule,
+            unlimited: false,
             over: false,
             shadow_over: false,
             remaining: 0,

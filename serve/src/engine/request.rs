@@ -84,6 +84,9 @@ pub(crate) const MAX_KEY_BYTES: usize = 4096;
 pub(crate) struct Status {
     /// The rule applied; `None` for no limit.
     pub(crate) rule: Option<RuleRef>,
+    /// No limit because the rules say `unlimited` (not because none matched): Envoy's
+    /// reference service tells the two apart in `limit_remaining`.
+    pub(crate) unlimited: bool,
     /// OVER_LIMIT (never for a shadow rule).
     pub(crate) over: bool,
     /// A shadow rule that would have denied.

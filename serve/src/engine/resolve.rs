@@ -79,10 +79,9 @@ impl RuleSet {
                 let mut items = scratch.statuses(descriptors.len());
                 for (i, d) in descriptors.iter().enumerate() {
                     let at = |f: &str| format!("descriptors[{i}].{f}");
+                    // No entries is no error: the reference service's walk finds no rule
+                    // for it (OK, no limit), or counts it against its own `limit`.
                     let entries = d.entries();
-                    if entries.len() == 0 {
-                        return Err(Invalid::new(at("entries"), "must not be empty"));
-                    }
                     if entries.len() > MAX_ENTRIES {
                         return Err(Invalid::new(
                             at("entries"),
@@ -104,18 +103,24 @@ impl RuleSet {
                         ));
                     }
                     let limit = d.limit().map_err(|m| Invalid::new(at("limit.unit"), m))?;
-                    let rule = match (level, limit) {
-                        (None, _) => None,
-                        (Some(_), Some((limit, window))) => Some(
-                            self.override_rule(limit, window, backend)
-                                .map_err(|m| Invalid::new(at("limit"), m))?,
+                    let (rule, unlimited) = match (level, limit) {
+                        (None, _) => (None, false),
+                        (Some(_), Some((limit, window))) => (
+                            Some(
+                                self.override_rule(limit, window, backend)
+                                    .map_err(|m| Invalid::new(at("limit"), m))?,
+                            ),
+                            false,
                         ),
                         (Some(level), None) => match rules::resolve(level, entries) {
-                            rules::Target::Rule(r) => Some(RuleRef::InFile(r)),
-                            rules::Target::None | rules::Target::Unlimited => None,
+                            rules::Target::Rule(r) => (Some(RuleRef::InFile(r)), false),
+                            rules::Target::None => (None, false),
+                            rules::Target::Unlimited => (None, true),
                         },
                     };
-                    items.push(Status::new(rule, key));
+                    let mut status = Status::new(rule, key);
+                    status.unlimited = unlimited;
+                    items.push(status);
                 }
                 // Envoy's `replaces`: a matched rule switches off the rules it names.
                 if self.replacing {

@@ -97,6 +97,9 @@ fn descriptors(
             "must be a list of descriptors",
         ));
     };
+    // The composite keys (`key_value`, or `key`) of this level's descriptors so far: the
+    // reference service refuses a second, however its children or limit differ.
+    let mut seen: Vec<String> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let at = format!("{field}[{i}]");
         let fields = mapping(
@@ -133,7 +136,24 @@ fn descriptors(
         if let Some(d) = fields.get("detailed_metric") {
             boolean(d, &format!("{at}.detailed_metric"))?;
         }
+        // Its condition exactly: the same `key_value` string at one level, even where two
+        // different (key, value) pairs make it (`a`/`b_c` and `a_b`/`c`).
+        let composite = match &value {
+            Some(v) => format!("{key}_{v}"),
+            None => key.clone(),
+        };
         parents.push((key, value));
+        if seen.contains(&composite) {
+            return Err(RulesError::new(
+                Some(line(item)),
+                at,
+                format!(
+                    "duplicate descriptor composite key '{}'",
+                    composite_key(domain, parents)
+                ),
+            ));
+        }
+        seen.push(composite);
         let target = match fields.get("rate_limit") {
             Some(rl) if !is_null(rl) => rate_limit(
                 spec,
@@ -244,15 +264,7 @@ fn rate_limit(
         };
         RulesError::new(Some(line(rpu)), sub("requests_per_unit"), format!("{e}{hint}"))
     })?;
-    let mut name = domain.to_owned();
-    for (k, v) in path {
-        name.push('.');
-        name.push_str(k);
-        if let Some(v) = v {
-            name.push('_');
-            name.push_str(v);
-        }
-    }
+    let name = composite_key(domain, path);
     let display = match fields.get("name") {
         Some(n) => Some(string(n, &sub("name"))?).filter(|n| !n.is_empty()),
         None => None,
@@ -301,6 +313,7 @@ fn rate_limit(
         ));
     }
     spec.rules.push(RuleSpec {
+        named: display.is_some(),
         display: display.unwrap_or_else(|| name.clone()),
         name,
         quota,
@@ -308,6 +321,21 @@ fn rate_limit(
         replaces,
     });
     Ok(Target::Rule(spec.rules.len() - 1))
+}
+
+/// A node's path as the reference service keys it (and names its stats):
+/// `domain.key_value.key`.
+fn composite_key(domain: &str, path: &[(String, Option<String>)]) -> String {
+    let mut name = domain.to_owned();
+    for (k, v) in path {
+        name.push('.');
+        name.push_str(k);
+        if let Some(v) = v {
+            name.push('_');
+            name.push_str(v);
+        }
+    }
+    name
 }
 
 fn line(node: &MarkedYaml<'_>) -> usize {
@@ -432,6 +460,8 @@ domain: other
         assert_eq!(spec.rules[user].quota.limit(), 100);
         assert_eq!(spec.rules[user].quota.window(), Duration::from_secs(60));
         assert_eq!(spec.rules[alice].display, "vip");
+        // Only a `name` the file gives is reported as `current_limit.name`.
+        assert!(spec.rules[alice].named && !spec.rules[user].named);
         assert_eq!(spec.rules[alice].replaces, vec!["api.tenant".to_string()]);
         assert!(spec.rules[login].shadow && !spec.rules[user].shadow);
         assert_eq!(spec.rules[login].quota.window(), Duration::from_secs(3600));
@@ -450,6 +480,49 @@ domain: other
 
     fn error(text: &str) -> RulesError {
         parse(text).unwrap_err()
+    }
+
+    /// The reference service's loader (envoyproxy/ratelimit, src/config/config_impl.go,
+    /// `loadDescriptors`, at f2fb15770f7fd1c88ca6c3a1b58ee513917ace96) keys each level's
+    /// descriptors by `key` or `key_value` and refuses a second with the same, with or
+    /// without a `rate_limit` and whatever its children, as "duplicate descriptor composite
+    /// key '<domain.parents.key_value>'"; slidegate merged two inner nodes' children.
+    #[test]
+    fn a_duplicate_descriptor_is_refused_as_the_reference_refuses_it() {
+        // Two inner nodes of the same key and value, with different children.
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: path\n    value: /a\n    descriptors:\n      - key: ip\n        rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: path\n    value: /a\n    descriptors:\n      - key: user\n        rate_limit: { unit: second, requests_per_unit: 2 }\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(8), "descriptors[1]"),
+            "{e}"
+        );
+        assert_eq!(e.message, "duplicate descriptor composite key 'd.path_/a'");
+        // One level down, a wildcard value twice: the path names the parents.
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: path\n    value: /a\n    descriptors:\n      - key: ip\n        value: 10.*\n        rate_limit: { unit: second, requests_per_unit: 1 }\n      - key: ip\n        value: 10.*\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(9), "descriptors[0].descriptors[1]"),
+            "{e}"
+        );
+        assert_eq!(
+            e.message,
+            "duplicate descriptor composite key 'd.path_/a.ip_10.*'"
+        );
+        // Its condition is the joined string: a key holding `_` can meet another's value.
+        let e = error(
+            "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n  - key: a_b\n    value: c\n",
+        );
+        assert_eq!(e.message, "duplicate descriptor composite key 'd.a_b_c'");
+        // The same key with another value, the key alone, and the same entry at another
+        // level or in another domain are not duplicates.
+        parse(
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n    descriptors:\n      - key: k\n        value: v\n        rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: k\n    value: w\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n---\ndomain: e\ndescriptors:\n  - key: k\n    value: v\n",
+        )
+        .unwrap();
     }
 
     #[test]
@@ -486,8 +559,12 @@ domain: other
         let e = error(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 2 }\n",
         );
-        assert_eq!(e.line, Some(6), "{e}");
-        assert!(e.message.contains("matched twice"), "{e}");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(5), "descriptors[1]"),
+            "{e}"
+        );
+        assert_eq!(e.message, "duplicate descriptor composite key 'd.k'", "{e}");
         let e = error(
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unlimited: true, unit: second }\n",
         );

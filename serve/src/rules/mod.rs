@@ -67,6 +67,10 @@ pub(crate) struct RuleSpec {
     /// The name it reports (in `current_limit`, the header fields and the metrics): the
     /// YAML `rate_limit.name` when given, else `name`.
     pub(crate) display: String,
+    /// The file named it (TOML's `[rules.NAME]`, YAML's `rate_limit.name`), so gRPC's
+    /// `current_limit.name` reports `display`; the reference service leaves that field
+    /// empty for a rule its file did not name (a path name is slidegate's own).
+    pub(crate) named: bool,
     pub(crate) quota: Quota,
     /// Decides and records, but never denies.
     pub(crate) shadow: bool,

@@ -119,6 +119,7 @@ pub(crate) fn parse(text: &str) -> Result<Spec, RulesError> {
         spec.rules.push(RuleSpec {
             name: name.clone(),
             display: name.clone(),
+            named: true,
             quota,
             shadow: rule.shadow,
             replaces: Vec::new(),
