@@ -164,19 +164,14 @@ impl RedisLimiter {
             // Batched with the checks, whose calls say a peek by a cost of 0.
             return self.decide(key, keys, 1, Op::Peek).await;
         }
-        let call = Call {
-            shape: &self.inner.shape,
-            keys,
-            n,
-            back: 0,
-            ticket: Ticket::default(),
-            need: 0,
-        };
-        let decided = self.run(Op::Peek, &[call]).await.map(|(time, out)| {
-            let mut d = RedisDecision::new(out[0].decision, Path::Redis);
-            d.set_server_time(time);
-            d
-        });
+        let decided = self
+            .run(Op::Peek, &[self.call(keys, n)])
+            .await
+            .map(|(time, out)| {
+                let mut d = RedisDecision::new(out[0].decision, Path::Redis);
+                d.set_server_time(time);
+                d
+            });
         self.or_policy(key, n, true, decided)
     }
 
@@ -187,16 +182,20 @@ impl RedisLimiter {
     /// error here: there is no policy for a refund.
     pub async fn refund(&self, key: &str, n: u64) -> Result<u64, Error> {
         let keys = self.keys(key)?;
-        let call = Call {
+        let (_, out) = self.run(Op::Refund, &[self.call(keys, n)]).await?;
+        Ok(out[0].extra)
+    }
+
+    /// A call of the library's `all` entry on this limiter's one key, of cost `n`.
+    fn call(&self, keys: (String, String), n: u64) -> Call<'_> {
+        Call {
             shape: &self.inner.shape,
             keys,
             n,
             back: 0,
             ticket: Ticket::default(),
             need: 0,
-        };
-        let (_, out) = self.run(Op::Refund, &[call]).await?;
-        Ok(out[0].extra)
+        }
     }
 
     /// Gives back every lease this process holds (their unused units go back to the shared
