@@ -10,6 +10,8 @@
 //! - `contended_2_threads`: two threads hammering one limiter on the allowed path. An
 //!   iteration is one check on each thread, so the time shown is the wall time per pair of
 //!   checks and the throughput is the aggregate number of checks per second.
+//! - `usage`: a report (`record`) and a check only (`peek_n`) against a check of the same
+//!   cost on the same quota, and governor's check.
 //!
 //! Elsewhere both limiters read their default clock, quanta's calibrated TSC.
 //!
@@ -239,6 +241,43 @@ fn contended(c: &mut Criterion) {
     group.finish();
 }
 
+/// Usage known afterwards on a held direct Strict limiter of ten buckets: a report
+/// (`record(1)`, charged unconditionally) and a check only (`peek_n(1)`) beside a check of
+/// the same cost on the same quota and governor's check. 2³⁰ per hour, so that the reports
+/// of a run stay under the quota's usage ceiling of 2³¹ − 1 − 2³⁰.
+fn usage(c: &mut Criterion) {
+    let mut group = c.benchmark_group("usage");
+    configure(&mut group);
+    group.throughput(Throughput::Elements(1));
+    let governor = governor_allowing();
+    group.bench_function(BenchmarkId::new("governor", "check"), |b| {
+        b.iter(|| governor.check())
+    });
+    let held = || {
+        let limiter = SlidingWindow::new(quota(1 << 30, 10, Mode::Strict));
+        assert!(limiter.check().is_allowed());
+        limiter
+    };
+    let limiter = held();
+    group.bench_function(BenchmarkId::new("slidegate", "check"), |b| {
+        b.iter(|| limiter.check())
+    });
+    let limiter = held();
+    group.bench_function(BenchmarkId::new("slidegate", "record"), |b| {
+        b.iter(|| limiter.record(1))
+    });
+    assert_eq!(
+        limiter.record(1).clamped(),
+        0,
+        "the reports reached the ceiling"
+    );
+    let limiter = held();
+    group.bench_function(BenchmarkId::new("slidegate", "peek_n"), |b| {
+        b.iter(|| limiter.peek_n(1))
+    });
+    group.finish();
+}
+
 // A hand-written `main` rather than `criterion_group!`, whose generated `pub fn` has no docs.
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
@@ -246,5 +285,6 @@ fn main() {
     check_denied(&mut criterion);
     coarse_clock(&mut criterion);
     contended(&mut criterion);
+    usage(&mut criterion);
     criterion.final_summary();
 }

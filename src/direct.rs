@@ -13,6 +13,7 @@ use crate::multi::{self, Limit, sealed};
 use crate::quota::Quota;
 use crate::sync::epoch::Guard;
 use crate::sync::{self, AtomicU64};
+use crate::usage::Usage;
 use crate::wait;
 use crate::window::counter::{self, DenialGuess, charge_fast, charge_loop};
 use crate::window::ring::{Loads, Parts, Ring, Wide};
@@ -193,6 +194,12 @@ impl<C: Clock> SlidingWindow<C> {
     /// ```
     pub fn peek_n(&self, n: u64) -> Result<Decision, CostError> {
         self.rule.validate(n)?;
+        if matches!(self.head, Head::Ring { .. })
+            && let Some(decision) =
+                counter::peek_fast(self.ring(), &self.rule.counter, || self.clock.now().0, n)
+        {
+            return Ok(decision);
+        }
         Ok(self.decide(n, Op::Peek).0)
     }
 
@@ -229,6 +236,46 @@ impl<C: Clock> SlidingWindow<C> {
         self.state()
             .refund(&self.rule, || self.clock.now().0, n)
             .expect("a direct limiter's state is never retired")
+    }
+
+    /// Charges `n` units of usage that already happened (a response's tokens, bytes sent),
+    /// whatever the window holds: past the limit as *debt*, after which checks deny until
+    /// enough of it has left the window. Never denies. Returns what was charged and the
+    /// state after it: [`Usage::remaining`], and [`Usage::available_after`], when the key
+    /// is under its limit again.
+    ///
+    /// A report that would take the window's usage past
+    /// [`Quota::usage_ceiling`] is charged up to it, and the rest is [`Usage::clamped`].
+    /// `record(0)` charges nothing and answers the state. Semantics per algorithm:
+    /// `docs/design.md`, "Usage known afterwards". The exact log counts a report up to its
+    /// limit only for now (its debt record is not built yet): the rest is clamped.
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, Quota, SlidingWindow};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindow::with_clock(Quota::new(100, Duration::from_secs(60))?, clock.clone());
+    /// assert!(limiter.check_n(40)?.is_allowed());
+    /// // The response used 130 tokens: 30 over the limit.
+    /// let usage = limiter.record(130);
+    /// assert_eq!((usage.charged(), usage.remaining()), (130, 0));
+    /// assert!(!limiter.check().is_allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record(&self, n: u64) -> Usage {
+        let now = || self.clock.now().0;
+        let ceiling = self.rule.quota.usage_ceiling();
+        let fast = match self.head {
+            Head::Ring { .. } => {
+                counter::charge_debt_fast(self.ring(), &self.rule.counter, now, n, ceiling)
+            }
+            _ => None,
+        };
+        let (charged, after) = fast
+            .or_else(|| self.state().record(&self.rule, now, n))
+            .expect("a direct limiter's state is never retired");
+        Usage::new(charged, 0, n - charged, after)
     }
 
     /// Blocks until cost `n` is admitted, then returns that (allowed) decision: for

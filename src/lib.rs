@@ -115,6 +115,7 @@ mod quota;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod sync;
+mod usage;
 mod wait;
 mod window;
 
@@ -123,6 +124,7 @@ pub use direct::SlidingWindow;
 pub use keyed::{DefaultHashBuilder, KeyLimit, KeyedLimiter, KeyedLimiterBuilder};
 pub use multi::{Limit, MultiDecision, check_all};
 pub use quota::{ConfigError, MAX_BUCKETS, MAX_LIMIT, Mode, Quota};
+pub use usage::Usage;
 
 /// Hooks for slidegate's own tests; not part of the API.
 #[doc(hidden)]

@@ -291,6 +291,31 @@ impl Quota {
     pub(crate) fn granularity_nanos(&self) -> u64 {
         self.granularity
     }
+
+    /// The most usage a report past the limit can leave a window counting: `2²³ − 1 − L` for
+    /// a limit `L ≤ 2²¹` (at least 6 291 455), `2³¹ − 1 − L` above. Each store counts exactly
+    /// only up to a bound, so a report (or a commit's excess) that would take the window's
+    /// usage past this is charged up to it and the rest reported as
+    /// [`Usage::clamped`](crate::Usage::clamped), never wrapped. A function of the quota
+    /// alone, so that every store and backend clamps alike; a window that holds this much
+    /// denies every cost until its usage leaves, as a larger count would.
+    ///
+    /// ```
+    /// use slidegate::Quota;
+    /// use std::time::Duration;
+    ///
+    /// let q = Quota::new(100, Duration::from_secs(1))?;
+    /// assert_eq!(q.usage_ceiling(), (1 << 23) - 1 - 100);
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn usage_ceiling(&self) -> u64 {
+        let top: u64 = if self.limit <= 1 << 21 {
+            (1 << 23) - 1
+        } else {
+            (1 << 31) - 1
+        };
+        top.saturating_sub(self.limit)
+    }
 }
 
 impl fmt::Debug for Quota {

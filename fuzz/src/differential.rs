@@ -1,12 +1,14 @@
 //! The differential harness: two direct limiters and two keyed limiters (four keys each, at
 //! most one to four held) with random quotas of every algorithm, driven through checks,
-//! peeks, refunds, `check_all` and `retain_recent` at arbitrary clock steps, each decision
+//! peeks, refunds, reports of usage (`record`, debt allowed), `check_all` and
+//! `retain_recent` at arbitrary clock steps, each decision
 //! compared with the reference model's. Any difference, and any panic, is a crash.
 //!
 //! A key forced out by `max_keys` forgets its admissions (documented); the harness learns
 //! which key went by peeking: after a call that raised `forced_evictions` by `d`, exactly `d`
 //! keys whose model holds admissions must peek as fresh, and their models restart. Nothing
-//! else may force a key out: a peek, a refund, a denial or a cost error never does.
+//! else may force a key out: a peek, a refund, a denial or a cost error never does (a
+//! report makes its key's window as a check does).
 
 use std::time::Duration;
 
@@ -44,6 +46,8 @@ enum Op {
     Check(Target, u64),
     Peek(Target),
     Refund(Target, u64),
+    /// A report of usage (`record`, debt allowed).
+    Record(Target, u64),
     All(Vec<(Target, u64)>),
     Retain(usize),
 }
@@ -124,7 +128,19 @@ impl Case {
             let q = &quotas[t.quota_index()];
             let scale = usize::from(u.arbitrary::<bool>()?);
             let step = step(u, &quotas[scale])?;
-            let op = match u.int_in_range(0..=15u8)? {
+            let op = match u.int_in_range(0..=17u8)? {
+                // The exact log's debt record is not built: its reports are counted up to
+                // its limit, where the model keeps the rest as debt.
+                16..=17 if q.mode() == Mode::ExactLog => Op::Peek(t),
+                16 => Op::Record(t, u.int_in_range(0..=3 * q.limit())?),
+                // Reports that reach the usage ceiling, on direct limiters only: the ceiling
+                // bounds every bucket the ring holds, the fixed window's previous one and a
+                // marked oldest bucket too, which no rule counts, so an idle eviction, which
+                // the model does not see, forgets units the clamp would have counted.
+                17 if matches!(t, Target::Direct(_)) => {
+                    Op::Record(t, *u.choose(&[q.usage_ceiling(), u64::MAX, 1 << 40])?)
+                }
+                17 => Op::Record(t, u.int_in_range(0..=q.limit())?),
                 0..=6 => Op::Check(t, cost(u, q.limit())?),
                 7..=8 => Op::Peek(t),
                 9..=10 => Op::Refund(t, u.int_in_range(0..=q.limit() + 2)?),
@@ -159,7 +175,8 @@ impl Case {
                     }
                     Op::All(entries)
                 }
-                _ => Op::Retain(usize::from(u.arbitrary::<bool>()?)),
+                15 => Op::Retain(usize::from(u.arbitrary::<bool>()?)),
+                _ => unreachable!("drawn from 0 ..= 17"),
             };
             ops.push((step, op));
         }
@@ -305,6 +322,34 @@ impl Harness {
                 let expect = self.model(target).refund(t, n);
                 assert_eq!(freed, expect, "{target:?} refund({n}) at t={t}");
                 false
+            }
+            Op::Record(target, n) => {
+                let usage = match target {
+                    Target::Direct(i) => self.direct[i].record(n),
+                    Target::Keyed(i, k) => self.keyed[i].record(&k, n),
+                };
+                let expect = self.model(target).record_usage(t, n);
+                let at = format!("{target:?} record({n}) at t={t}");
+                assert_eq!(
+                    (usage.charged(), usage.given_back(), usage.clamped()),
+                    (expect.charged, expect.given_back, expect.clamped),
+                    "{at}"
+                );
+                let model = self.model(target).clone();
+                assert_eq!(usage.remaining(), model.remaining(t), "{at}: remaining");
+                let available = usage.available_after().as_nanos() as u64;
+                assert_eq!(
+                    available,
+                    model.retry_after(t, 1).unwrap_or(0),
+                    "{at}: available"
+                );
+                assert_eq!(
+                    usage.reset_after().as_nanos() as u64,
+                    model.reset_after(t),
+                    "{at}"
+                );
+                // A report makes its key's window if it has none: it may force another out.
+                true
             }
             Op::Retain(i) => {
                 self.keyed[i].retain_recent();

@@ -169,6 +169,14 @@ impl Limiter {
         }
     }
 
+    /// A report of `n` units of usage (debt allowed).
+    pub fn record(&self, n: u64) -> slidegate::Usage {
+        match self {
+            Limiter::Direct(l) => l.record(n),
+            Limiter::Keyed(l) => l.record(&Self::KEY, n),
+        }
+    }
+
     /// The total cost ever admitted (the key's entry's, for a keyed limiter; it wraps at
     /// 2³², far above any model's).
     pub fn admitted_total(&self) -> u64 {

@@ -124,11 +124,13 @@ impl GcraRule {
         (tat > now).then(|| tat.saturating_sub(n.saturating_mul(self.interval)).max(now))
     }
 
-    /// The units of room a refund that moved the TAT from `tat` to `next` freed at `now`:
-    /// the rise of `remaining`.
+    /// The units a refund that moved the TAT from `tat` to `next` (`now ≤ next < tat`) freed:
+    /// `⌈(tat − next)/T⌉`, the last one perhaps partly drained already. Without debt it is
+    /// the rise of `remaining` at `now`; in debt (`TAT` past `now + τ`) `remaining` stays 0
+    /// until the debt is paid, and the units still come off the usage.
     #[inline]
-    pub(crate) fn freed(&self, tat: u64, next: u64, now: u64) -> u64 {
-        self.room(next, now) - self.room(tat, now)
+    pub(crate) fn freed(&self, tat: u64, next: u64) -> u64 {
+        (tat - next).div_ceil(self.interval)
     }
 
     /// The TAT a release of a reservation of `n` that wrote `ticket` leaves at `now`: less
@@ -140,13 +142,5 @@ impl GcraRule {
             .saturating_sub(now)
             .min(n.saturating_mul(self.interval));
         (undrained > 0).then(|| tat.saturating_sub(undrained))
-    }
-
-    /// The room (whole units) a TAT leaves at `t`: `⌊(t + τ − max(TAT, t)) / T⌋`.
-    #[inline]
-    fn room(&self, tat: u64, t: u64) -> u64 {
-        let (t, tat) = (u128::from(t), u128::from(tat));
-        let room = (t + self.tau()).saturating_sub(tat.max(t)) / u128::from(self.interval);
-        u64::try_from(room).unwrap_or(u64::MAX)
     }
 }

@@ -322,7 +322,7 @@ impl CounterRule {
     /// The decision for `n` admitted at offset `r` when the window counts `used` as in use
     /// (`used + n ≤ L`): the window is clear `N + 1` bucket ends from now.
     #[inline]
-    fn admitted(&self, used: u64, r: u64, n: u64) -> Decision {
+    pub(crate) fn admitted(&self, used: u64, r: u64, n: u64) -> Decision {
         let l = self.limit;
         Decision::allowed(l, l - used - n, self.span.saturating_sub(r))
     }

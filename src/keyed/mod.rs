@@ -39,6 +39,7 @@ use crate::decision::{CostError, Decision};
 use crate::quota::Quota;
 use crate::sync;
 use crate::sync::epoch::{self, Guard};
+use crate::usage::Usage;
 use crate::wait;
 use crate::window::counter;
 use crate::window::state::{State, on_ring};
@@ -325,6 +326,48 @@ where
             .filter(|e| e.fits(*shape))
             .and_then(|e| e.state().refund(rule, now, n))
             .unwrap_or(0)
+    }
+
+    /// Charges `n` units of usage that already happened to `key`, whatever its window
+    /// holds: past the limit as debt. Never denies; see
+    /// [`SlidingWindow::record`](crate::SlidingWindow::record).
+    ///
+    /// ```
+    /// use slidegate::{clock::ManualClock, KeyedLimiter, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = KeyedLimiter::<u64, _>::with_clock(Quota::new(1000, Duration::from_secs(60))?, ManualClock::new());
+    /// // Tenant 7's response used 1 500 tokens of its 1 000 a minute.
+    /// let usage = limiter.record(&7, 1500);
+    /// assert_eq!((usage.charged(), usage.remaining()), (1500, 0));
+    /// assert!(!limiter.check(&7).is_allowed());
+    /// assert!(limiter.check(&8).is_allowed());
+    /// # Ok::<(), slidegate::ConfigError>(())
+    /// ```
+    pub fn record<Q>(&self, key: &Q, n: u64) -> Usage
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        let guard = &epoch::pin();
+        let hash = self.store.hash(key);
+        let keyed = self.rule_for(key, guard);
+        let usage = |(charged, after)| Usage::new(charged, 0, n - charged, after);
+        if let Some(recorded) = self.record_line(keyed, key, hash, n, guard) {
+            return usage(recorded);
+        }
+        let now = || self.clock.now().0;
+        let mut lookup = true;
+        loop {
+            let (entry, rule) = self
+                .entry_for(key, hash, 1, lookup, guard)
+                .expect("a cost of 1 is valid under every quota");
+            match entry.state().record(rule, now, n) {
+                Some(recorded) => return usage(recorded),
+                // Retired: as in `acquire`, the writer path sees the store as it is now.
+                None => lookup = false,
+            }
+        }
     }
 
     /// Blocks until cost `n` is admitted to `key`, then returns that decision; see

@@ -521,6 +521,48 @@ where
         }, _ => None)
     }
 
+    /// Charges `x` unconditionally (a report, debt allowed) to a key of the table's shape
+    /// wherever its window is: its slot, placed if it has none, or its entry if a
+    /// `check_all` moved it. The units charged and the decision a peek of cost 1 makes after
+    /// it; `None` if the key's quota is not of the table's shape (the store's path records).
+    pub(super) fn record_line<Q>(
+        &self,
+        keyed: &KeyRule,
+        key: &Q,
+        hash: u64,
+        x: u64,
+        guard: &Guard,
+    ) -> Option<(u64, Decision)>
+    where
+        K: Borrow<Q> + From<Q::Owned>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+    {
+        on_inline!(&self.inline, |inline| {
+            let word = inline.word(keyed, &self.default, key)?;
+            let (rule, ceiling) = (&keyed.rule.counter, keyed.rule.quota.usage_ceiling());
+            let now = || self.clock.now().0;
+            let mut place = match (inline.table.find(word, hash, guard), self.moved(inline, key, hash, guard)) {
+                (Some(slot), _) => Place::Line(slot),
+                (None, Some(entry)) => Place::Entry(entry),
+                (None, None) => self.place_line(inline, key, word, hash, guard),
+            };
+            loop {
+                let recorded = match place {
+                    Place::Line(slot) => slot.record(inline.buckets, rule, now, x, ceiling),
+                    Place::Inserted(slot, t) => slot.record(inline.buckets, rule, || t, x, ceiling),
+                    Place::Entry(entry) => entry.state().record(&keyed.rule, now, x),
+                    Place::Elsewhere => return None,
+                };
+                if recorded.is_some() {
+                    return recorded;
+                }
+                // Retired: as in `acquire_line_slow`, under the lock the key's window as it
+                // is now.
+                place = self.place_line(inline, key, word, hash, guard);
+            }
+        }, _ => None)
+    }
+
     /// Frees up to `n` units of a key of the table's shape; `None` if it has no slot.
     pub(super) fn refund_line<Q>(&self, keyed: &KeyRule, key: &Q, hash: u64, n: u64) -> Option<u64>
     where

@@ -319,6 +319,109 @@ fn judge_and_mark_marked<S: Slots>(rule: &CounterRule, r: &Reading<'_, S>, n: u6
     decision.measured_from_reading(r.lag)
 }
 
+/// Charges `x` at `now()` whatever the window holds, past the limit as debt, up to `ceiling`
+/// units counted in the ring's `N + 1` buckets (pending included): a report's charge, an
+/// admission that skips the judgement (`docs/design.md`, "Debt"). One reading, for the clamp
+/// and the answer, and one CAS on `cum`, re-read when lost, as an admission's. Under marks it
+/// records its mark as an admission does. Returns the units charged and the decision a peek
+/// of cost 1 makes on the window with them in it. `None` if the ring is retired.
+pub(crate) fn charge_debt<S: Slots>(
+    ring: Ring<'_, S>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    x: u64,
+    ceiling: u64,
+) -> Option<(u64, Decision)> {
+    let nb = rule.buckets;
+    loop {
+        let ((charged, after), judged) = ring.read(rule.granularity, &now, true, |r| {
+            let charged = x.min(ceiling.saturating_sub(r.tail(0)));
+            let marked = rule.is_marked() && charged > 0;
+            let mark = |j: u64| {
+                let m = r.mark(j);
+                if marked && j == nb {
+                    m.max(rule.mark_for(r.offset))
+                } else {
+                    m
+                }
+            };
+            let after = debt_judged(rule, (r.offset, r.lag), charged, |j| r.tail(j), mark);
+            if marked {
+                // Before the CAS, as an admission's (see `judge_and_mark`).
+                r.record_mark(rule.mark_step);
+            }
+            (charged, after)
+        })?;
+        if charged == 0 || ring.try_charge(judged, charged) {
+            return Some((charged, after));
+        }
+    }
+}
+
+/// [`charge_debt`]'s common case under Strict, on the fast path's reading (the clock in
+/// bucket `front`, the oldest snapshot current): a report of `x ≥ 1` that leaves the window
+/// under its limit, charged by the fast path's CAS. The window's sum then holds the charge,
+/// in the current bucket, so a peek of 1 after it is an admission's decision with nothing
+/// charged. `None`, having written nothing, for anything else (debt, another rule, a lost
+/// CAS): [`charge_debt`] decides.
+#[inline(always)]
+pub(crate) fn charge_debt_fast<S: Slots>(
+    ring: Ring<'_, S>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    x: u64,
+    ceiling: u64,
+) -> Option<(u64, Decision)> {
+    if !rule.is_strict() || x == 0 {
+        return None;
+    }
+    let fast = ring.fast_read(rule.granularity, now).ok()?;
+    let charged = x.min(ceiling.saturating_sub(fast.sum));
+    let used = fast.sum + charged;
+    if charged == 0 || used >= rule.limit || !fast.charge(charged) {
+        return None;
+    }
+    Some((charged, rule.admitted(used, fast.offset, 0)))
+}
+
+/// [`decide`]'s common peek under Strict, on the fast path's reading: a cost that fits while
+/// the current bucket holds something, so that the window clears `N + 1` bucket ends from
+/// now. `None`, having written nothing, for anything else.
+#[inline(always)]
+pub(crate) fn peek_fast<S: Slots>(
+    ring: Ring<'_, S>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    n: u64,
+) -> Option<Decision> {
+    if !rule.is_strict() {
+        return None;
+    }
+    let fast = ring.fast_read(rule.granularity, now).ok()?;
+    if fast.sum + n > rule.limit {
+        return None;
+    }
+    let current = fast.current_at(fast.front_index())?;
+    (current > 0 && fast.unmoved()).then(|| rule.admitted(fast.sum, fast.offset, 0))
+}
+
+/// The decision a peek of cost 1 makes after a debt charge of `charged` on a reading at
+/// `(offset, lag)` whose tails are `tail` (pending included) and marks `mark` (the current
+/// bucket's with the charge's own): the charge counted in the current bucket, which every
+/// tail of the window holds. For both rings.
+#[inline]
+pub(crate) fn debt_judged(
+    rule: &CounterRule,
+    (offset, lag): (u64, u64),
+    charged: u64,
+    tail: impl Fn(u64) -> u64,
+    mark: impl Fn(u64) -> u64,
+) -> Decision {
+    let with = |j: u64| tail(j) + if j <= rule.buckets { charged } else { 0 };
+    rule.judge(offset, 1, true, with, mark)
+        .measured_from_reading(lag)
+}
+
 /// What a peek of cost `n` decides on a ring that has admitted nothing, at `now`.
 pub(crate) fn peek_fresh(rule: &CounterRule, now: u64, n: u64) -> Decision {
     rule.judge(now % rule.granularity, n, true, |_| 0, |_| 0)

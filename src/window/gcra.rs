@@ -170,6 +170,50 @@ impl<'a> Gcra<'a> {
         }
     }
 
+    /// Charges `x` at `now()` whatever the TAT says, past the tolerance as debt: `TAT =
+    /// max(TAT, t) + x'·T` with `x'` at most `ceiling` less the usage `⌈(max(TAT, t) − t)/T⌉`
+    /// and at most what `MAX_TIME` leaves room for. Returns `x'` and the decision a peek of
+    /// cost 1 makes after it. `None` if the cell is retired.
+    pub(crate) fn charge_debt(
+        &self,
+        rule: &GcraRule,
+        now: impl Fn() -> u64,
+        x: u64,
+        ceiling: u64,
+    ) -> Option<(u64, Decision)> {
+        let backoff = Backoff::new();
+        // Acquire: as in `check`, so the clock read next is no older than the writer's.
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            if tat & RETIRED != 0 {
+                return None;
+            }
+            let t = now().min(MAX_TIME);
+            let base = tat.max(t);
+            let used = (base - t).div_ceil(rule.interval);
+            let charged = x
+                .min(ceiling.saturating_sub(used))
+                .min((MAX_TIME - base) / rule.interval);
+            // At most `MAX_TIME`: `charged·T ≤ MAX_TIME − base`.
+            let next = base + charged * rule.interval;
+            let after = rule.judge(next, t, 1, Op::Peek).decision;
+            if charged == 0 {
+                return Some((0, after));
+            }
+            // AcqRel: as an admission's CAS in `check`.
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some((charged, after)),
+                Err(seen) => {
+                    tat = seen;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
     /// Frees up to `n` units of room now; returns how many were freed (the rise of
     /// `remaining` at `now`, whole units). 0 on a retired cell.
     pub(crate) fn refund(&self, rule: &GcraRule, now: u64, n: u64) -> u64 {
@@ -190,7 +234,7 @@ impl<'a> Gcra<'a> {
                 .tat
                 .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Relaxed)
             {
-                Ok(_) => return rule.freed(tat, next, now),
+                Ok(_) => return rule.freed(tat, next),
                 Err(seen) => {
                     tat = seen;
                     backoff.spin();

@@ -15,6 +15,7 @@ use crate::sync::AtomicU64;
 #[cfg(test)]
 use crate::sync::Backoff;
 use crate::sync::Ordering;
+use crate::window::counter;
 use crate::window::cum::RETIRED;
 #[cfg(slidegate_loom)]
 use crate::window::line::LINE_MIN_GRANULARITY;
@@ -117,6 +118,31 @@ pub(crate) fn peek(
             .measured_from_reading(r.lag)
     })
     .map(|(decision, _)| decision)
+}
+
+/// Charges `x` at `now()` whatever the window holds, past the limit as debt, up to `ceiling`
+/// (`counter::charge_debt` on the line ring): the units charged and the decision a peek of
+/// cost 1 makes after it. `None` if the ring is retired.
+pub(crate) fn charge_debt(
+    line: &Line<'_>,
+    rule: &CounterRule,
+    now: impl Fn() -> u64,
+    x: u64,
+    ceiling: u64,
+) -> Option<(u64, Decision)> {
+    loop {
+        let ((charged, after), seen) = line.read(rule.granularity, &now, true, |r| {
+            let charged = x.min(ceiling.saturating_sub(r.tail(0)));
+            let tail = |j| r.tail(j);
+            (
+                charged,
+                counter::debt_judged(rule, (r.offset, r.lag), charged, tail, |_| 0),
+            )
+        })?;
+        if charged == 0 || line.try_charge(seen, charged) {
+            return Some((charged, after));
+        }
+    }
 }
 
 /// Frees up to `n` units of room at `now()`: the sliding window's oldest units, or the fixed

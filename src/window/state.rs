@@ -382,6 +382,35 @@ impl State<'_> {
         )
     }
 
+    /// Charges `x` at `now()` whatever the window holds, past the limit as debt, up to the
+    /// quota's usage ceiling (see `SlidingWindow::record`): the units charged and the
+    /// decision a peek of cost 1 makes after it. `None` if the state is retired.
+    ///
+    /// The exact log counts a report up to its limit only, as units stamped now; its debt
+    /// record (`docs/design.md`, "The exact log's debt record") is not built yet, so the rest
+    /// is reported as clamped.
+    pub(crate) fn record(
+        &self,
+        rule: &Rule,
+        now: impl Fn() -> u64,
+        x: u64,
+    ) -> Option<(u64, Decision)> {
+        let ceiling = rule.quota.usage_ceiling();
+        on_ring!(self, |_, ring| counter::charge_debt(*ring, &rule.counter, now, x, ceiling),
+            State::Log { log, .. } => loop {
+                let peek = log.check(&rule.log, &now, 1, Op::Peek)?;
+                let units = x.min(peek.remaining());
+                if units == 0 {
+                    return Some((0, peek));
+                }
+                if log.check(&rule.log, &now, units, Op::Charge)?.is_allowed() {
+                    return Some((units, log.check(&rule.log, &now, 1, Op::Peek)?));
+                }
+            },
+            State::Gcra { rule: gcra, cell } => cell.charge_debt(gcra, now, x, ceiling),
+        )
+    }
+
     /// Retires the state if it is indistinguishable from a fresh one at `now` and later.
     pub(crate) fn retire_idle(&self, now: u64) -> bool {
         on_ring!(self, |granularity, ring| ring.retire_idle(*granularity, now),

@@ -58,6 +58,8 @@ pub struct Model {
     debt: u64,
     /// Exact log: the time of the debt record's newest charge.
     debt_at: u64,
+    /// Counter: units a refund moved into bucket −1 (see [`Model::refund`]).
+    before_zero: u64,
 }
 
 /// A reservation the model admitted: where its estimate is counted, for its commit.
@@ -101,6 +103,7 @@ impl Model {
             tat: 0,
             debt: 0,
             debt_at: 0,
+            before_zero: 0,
         }
     }
 
@@ -284,6 +287,16 @@ impl Model {
                     *c -= take;
                     freed += take;
                 }
+                // The library frees units by raising snapshots from bucket `first` on: they
+                // move into the bucket before, which the ring still holds (the fixed window's
+                // previous bucket, or an oldest bucket marked as left) though no rule counts
+                // them there. Only the usage a report is clamped against sees them.
+                if first > b.saturating_sub(self.buckets) && freed > 0 {
+                    *self.counts.entry(first - 1).or_default() += freed;
+                } else if first == 0 && b < self.buckets && mode == Mode::FixedWindow {
+                    // Bucket −1, which the ring holds until bucket `N`.
+                    self.before_zero += freed;
+                }
                 freed
             }
         }
@@ -313,7 +326,12 @@ impl Model {
             Mode::ExactLog => self.in_log_window(t) + self.log_debt_in(t),
             _ => {
                 let b = t / self.granularity;
-                self.sum(b.saturating_sub(self.buckets), b)
+                let before_zero = if b < self.buckets {
+                    self.before_zero
+                } else {
+                    0
+                };
+                self.sum(b.saturating_sub(self.buckets), b) + before_zero
             }
         }
     }

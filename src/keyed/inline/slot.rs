@@ -135,6 +135,17 @@ pub(crate) trait InlineSlot: Sized + Send + Sync + 'static {
         n: u64,
     ) -> Option<Decision>;
 
+    /// Charges `x` at `now()` unconditionally, up to `ceiling` (a report: debt allowed): the
+    /// units charged and the decision a peek of cost 1 makes after it; `None` if retired.
+    fn record(
+        &self,
+        buckets: u64,
+        rule: &CounterRule,
+        now: impl Fn() -> u64,
+        x: u64,
+        ceiling: u64,
+    ) -> Option<(u64, Decision)>;
+
     /// Frees up to `n` units of room at `now()`; `None` if retired. Under the table's lock.
     fn refund(
         &self,
@@ -292,6 +303,17 @@ impl InlineSlot for LineSlot {
         n: u64,
     ) -> Option<Decision> {
         line_counter::peek(&self.line(buckets), rule, now, n)
+    }
+
+    fn record(
+        &self,
+        buckets: u64,
+        rule: &CounterRule,
+        now: impl Fn() -> u64,
+        x: u64,
+        ceiling: u64,
+    ) -> Option<(u64, Decision)> {
+        line_counter::charge_debt(&self.line(buckets), rule, now, x, ceiling)
     }
 
     fn refund(
@@ -476,6 +498,17 @@ impl InlineSlot for WideSlot {
         n: u64,
     ) -> Option<Decision> {
         counter::decide(self.ring(buckets), rule, now, n, crate::algo::Op::Peek).map(|d| d.0)
+    }
+
+    fn record(
+        &self,
+        buckets: u64,
+        rule: &CounterRule,
+        now: impl Fn() -> u64,
+        x: u64,
+        ceiling: u64,
+    ) -> Option<(u64, Decision)> {
+        counter::charge_debt(self.ring(buckets), rule, now, x, ceiling)
     }
 
     fn refund(
