@@ -170,9 +170,7 @@ impl QuantaClock {
         }
         self.clock.raw()
     }
-}
 
-impl QuantaClock {
     /// Nanoseconds from the origin to the raw reading `ticks`.
     #[inline(always)]
     fn since_origin(&self, ticks: u64) -> u64 {
