@@ -11,10 +11,10 @@ use slidegate_testkit::model as common;
 
 use std::time::Duration;
 
-use common::{Model, assert_reset_is_tight, assert_retry_is_tight};
+use common::{Model, assert_reset_is_tight, assert_retry_is_tight, assert_usage};
 use proptest::prelude::*;
 use slidegate::clock::ManualClock;
-use slidegate::{KeyedLimiter, Mode, Quota, SlidingWindow, Usage};
+use slidegate::{KeyedLimiter, Mode, Quota, SlidingWindow};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -77,32 +77,6 @@ proptest! {
     }
 }
 
-/// What a report answers, against the model after it: the state a check of cost 1 would
-/// find.
-fn assert_usage(model: &Model, t: u64, n: u64, usage: &Usage, expected: common::Usage) {
-    assert_eq!(
-        (usage.charged(), usage.given_back(), usage.clamped()),
-        (expected.charged, expected.given_back, expected.clamped),
-        "record({n}) at t={t}"
-    );
-    assert_eq!(
-        usage.remaining(),
-        model.remaining(t),
-        "remaining after record at t={t}"
-    );
-    let available = usage.available_after().as_nanos() as u64;
-    assert_eq!(
-        available,
-        model.retry_after(t, 1).unwrap_or(0),
-        "available_after after record({n}) at t={t}"
-    );
-    assert_eq!(
-        usage.reset_after().as_nanos() as u64,
-        model.reset_after(t),
-        "reset_after after record({n}) at t={t}"
-    );
-}
-
 fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     let limiter = SlidingWindow::with_clock(quota, clock.clone());
@@ -151,7 +125,13 @@ fn equals_the_model(quota: Quota, ops: Vec<(u64, Op)>) -> Result<(), TestCaseErr
                 prop_assert_eq!(keyed.record(&1, n), usage, "keyed record at t={}", t);
                 prop_assert_eq!(stored.record(&key, n), usage, "stored record at t={}", t);
                 let expected = model.record_usage(t, n);
-                assert_usage(&model, t, n, &usage, expected);
+                assert_usage(
+                    &model,
+                    t,
+                    &usage,
+                    expected,
+                    &format!("record({n}) at t={t}"),
+                );
                 prop_assert_eq!(usage.limit(), quota.limit());
             }
             Op::Refund(n) => {

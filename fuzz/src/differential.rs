@@ -16,7 +16,7 @@ use arbitrary::{Result, Unstructured};
 use slidegate::clock::ManualClock;
 use slidegate::{CostError, Decision, KeyedLimiter, Limit, Mode, Quota, SlidingWindow, check_all};
 
-use crate::model::{MODES, Model, assert_reset_is_tight, assert_retry_is_tight};
+use crate::model::{MODES, Model, assert_reset_is_tight, assert_retry_is_tight, assert_usage};
 
 /// Keys per keyed limiter.
 const KEYS: u8 = 4;
@@ -330,24 +330,7 @@ impl Harness {
                 };
                 let expect = self.model(target).record_usage(t, n);
                 let at = format!("{target:?} record({n}) at t={t}");
-                assert_eq!(
-                    (usage.charged(), usage.given_back(), usage.clamped()),
-                    (expect.charged, expect.given_back, expect.clamped),
-                    "{at}"
-                );
-                let model = self.model(target).clone();
-                assert_eq!(usage.remaining(), model.remaining(t), "{at}: remaining");
-                let available = usage.available_after().as_nanos() as u64;
-                assert_eq!(
-                    available,
-                    model.retry_after(t, 1).unwrap_or(0),
-                    "{at}: available"
-                );
-                assert_eq!(
-                    usage.reset_after().as_nanos() as u64,
-                    model.reset_after(t),
-                    "{at}"
-                );
+                assert_usage(self.model(target), t, &usage, expect, &at);
                 // A report makes its key's window if it has none: it may force another out.
                 true
             }

@@ -558,5 +558,28 @@ pub fn assert_reset_is_tight(model: &Model, t: u64, d: &Decision) {
     }
 }
 
+/// A report's answer (`record` of `n` at `t`) against the model after it: what it charged,
+/// gave back and clamped (`expected`, the model's own), and the state a check of cost 1
+/// would find: `remaining`, `available_after` (its tight `retry_after`, or zero) and
+/// `reset_after`. `at` names the call in a failure.
+pub fn assert_usage(model: &Model, t: u64, usage: &slidegate::Usage, expected: Usage, at: &str) {
+    assert_eq!(
+        (usage.charged(), usage.given_back(), usage.clamped()),
+        (expected.charged, expected.given_back, expected.clamped),
+        "{at}: charged, given back, clamped"
+    );
+    assert_eq!(usage.remaining(), model.remaining(t), "{at}: remaining");
+    assert_eq!(
+        usage.available_after().as_nanos() as u64,
+        model.retry_after(t, 1).unwrap_or(0),
+        "{at}: available_after"
+    );
+    assert_eq!(
+        usage.reset_after().as_nanos() as u64,
+        model.reset_after(t),
+        "{at}: reset_after"
+    );
+}
+
 #[cfg(test)]
 mod usage_tests;
